@@ -1,0 +1,252 @@
+"""Reads a run's event log back: every rank file of one run directory or of several (one per node).
+
+Damaged input is expected, not exceptional: a rank killed mid-write leaves a truncated last
+line, log collectors splice in garbage, a node's directory may be missing. The reader skips
+what it cannot parse, counts it, and says so in `RunLog.warnings`; it never raises on a bad
+file, only on a path that does not exist or holds no run at all (`RunDirError`).
+
+Typical use:
+    run = load_run(["runs/job-17"])            # or one directory per node
+    for rank, log in sorted(run.ranks.items()):
+        print(rank, log.header.host, log.last_step, log.open_path)
+    for w in run.warnings:
+        print("warning:", w)
+"""
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from grpo_doctor.schema import (
+    SCHEMA_VERSION,
+    BadRecord,
+    End,
+    Error,
+    Header,
+    PhaseBegin,
+    PhaseEnd,
+    Record,
+    RunPaths,
+    Step,
+    UnknownRecord,
+    record_from_dict,
+)
+
+RANK_FILE_PATTERN = re.compile(r"rank-(\d+)\.jsonl$")
+# A line longer than this is garbage (a record is a few KiB at most); reading stops holding it.
+MAX_LINE_BYTES = 16 * 1024 * 1024
+
+
+class RunDirError(Exception):
+    """A path given to the reader is not a run directory; carries a hint for the user."""
+
+    def __init__(self, message: str, hint: str):
+        super().__init__(message)
+        self.hint = hint
+
+
+@dataclass
+class RankLog:
+    """Everything one rank file holds, in file order."""
+
+    rank: int
+    path: Path
+    records: list[Record | UnknownRecord] = field(default_factory=list)
+    num_bad_lines: int = 0
+    first_bad_line: int | None = None
+    truncated_tail: bool = False  # the last line had no newline: the process died mid-write
+    pids: set[int] = field(default_factory=set)
+
+    @property
+    def headers(self) -> list[Header]:
+        return [r for r in self.records if isinstance(r, Header)]
+
+    @property
+    def header(self) -> Header | None:
+        """The latest header: the one describing the last attempt of this rank."""
+        headers = self.headers
+        return headers[-1] if headers else None
+
+    def of_kind(self, cls: type) -> list:
+        return [r for r in self.records if isinstance(r, cls)]
+
+    @property
+    def open_path(self) -> str | None:
+        """Phase path still open at the end of the log (where a hung or killed rank stopped)."""
+        stack: list[str] = []
+        for r in self.records:
+            if isinstance(r, Header):
+                stack.clear()
+            elif isinstance(r, PhaseBegin):
+                stack.append(r.path)
+            elif isinstance(r, PhaseEnd) and stack:
+                # Pop to the matching begin: an exception may have skipped inner ends.
+                while stack and stack.pop() != r.path:
+                    pass
+        return stack[-1] if stack else None
+
+    @property
+    def last_step(self) -> int | None:
+        steps = self.of_kind(Step)
+        return steps[-1].step if steps else None
+
+    @property
+    def last_record(self) -> Record | UnknownRecord | None:
+        return self.records[-1] if self.records else None
+
+    @property
+    def end(self) -> End | None:
+        ends = self.of_kind(End)
+        return ends[-1] if ends else None
+
+    @property
+    def errors(self) -> list[Error]:
+        return self.of_kind(Error)
+
+
+@dataclass
+class RunLog:
+    dirs: list[Path]
+    ranks: dict[int, RankLog] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def world_size(self) -> int | None:
+        sizes = {log.header.world_size for log in self.ranks.values() if log.header}
+        return max(sizes) if sizes else None
+
+    @property
+    def missing_ranks(self) -> list[int]:
+        size = self.world_size
+        return [r for r in range(size) if r not in self.ranks] if size else []
+
+
+def load_run(paths: Sequence[str | Path]) -> RunLog:
+    """Load every rank file under the given run directories (or rank files named directly)."""
+    if not paths:
+        raise RunDirError("no run directory given", "pass the run directory that watch or the trainer printed")
+    run = RunLog(dirs=[Path(p) for p in paths])
+    for path in run.dirs:
+        for rank_file in _rank_files(path):
+            log = read_rank_file(rank_file)
+            _merge(run, log)
+    _warn_about_gaps(run)
+    return run
+
+
+def _rank_files(path: Path) -> list[Path]:
+    if not path.exists():
+        raise RunDirError(f"{path} does not exist", "check the path; run directories are printed at start-up")
+    if path.is_file():
+        return [path]
+    ranks_dir = RunPaths(path).ranks
+    files = sorted(ranks_dir.glob("rank-*.jsonl")) if ranks_dir.is_dir() else []
+    if not files:
+        raise RunDirError(
+            f"{path} holds no rank files (expected {ranks_dir}/rank-00000.jsonl, ...)",
+            "pass a run directory written by grpo-doctor (GRPO_DOCTOR_RUN_DIR), not its parent",
+        )
+    return files
+
+
+def read_rank_file(path: str | Path) -> RankLog:
+    path = Path(path)
+    match = RANK_FILE_PATTERN.search(path.name)
+    log = RankLog(rank=int(match.group(1)) if match else -1, path=path)
+    for line_number, line, complete in _lines(path):
+        try:
+            record = record_from_dict(json.loads(line))
+        except (ValueError, TypeError, BadRecord):
+            if not complete:
+                log.truncated_tail = True
+            log.num_bad_lines += 1
+            log.first_bad_line = log.first_bad_line or line_number
+            continue
+        if isinstance(record, Record):
+            log.pids.add(record.pid)
+            if log.rank < 0:
+                log.rank = record.rank
+        log.records.append(record)
+    return log
+
+
+def _lines(path: Path) -> Iterator[tuple[int, bytes, bool]]:
+    """(line number, bytes, ended with newline) in bounded memory, over lines of any length."""
+    with path.open("rb") as f:
+        number = 0
+        while True:
+            line = f.readline(MAX_LINE_BYTES)
+            if not line:
+                return
+            number += 1
+            if len(line) == MAX_LINE_BYTES and not line.endswith(b"\n"):
+                while (rest := f.readline(MAX_LINE_BYTES)) and not rest.endswith(b"\n"):
+                    pass
+                yield number, b"", True  # counted as one bad line
+                continue
+            if line.strip():
+                yield number, line, line.endswith(b"\n")
+
+
+def _merge(run: RunLog, log: RankLog) -> None:
+    where = str(log.path)
+    if log.num_bad_lines:
+        how = " (the last line is truncated: the process died while writing)" if log.truncated_tail else ""
+        run.warnings.append(
+            f"{where}: skipped {log.num_bad_lines} unreadable line(s), first at line {log.first_bad_line}{how}"
+        )
+    if not log.records:
+        run.warnings.append(f"{where}: no readable records")
+        return
+    if log.header is None:
+        run.warnings.append(f"{where}: no header record; host and launch settings of rank {log.rank} are unknown")
+    newer = [h.schema_version for h in log.headers if h.schema_version > SCHEMA_VERSION]
+    if newer:
+        run.warnings.append(
+            f"{where}: written with schema {max(newer)}, this grpo-doctor reads {SCHEMA_VERSION}; "
+            "upgrade grpo-doctor to read every field"
+        )
+    hosts = {h.host for h in log.headers}
+    if len(log.headers) > 1 and len(hosts) > 1:
+        run.warnings.append(f"{where}: rank {log.rank} was claimed from several hosts ({', '.join(sorted(hosts))})")
+    if log.rank in run.ranks:
+        other = run.ranks[log.rank]
+        run.warnings.append(f"rank {log.rank} appears in both {other.path} and {where}; records merged in time order")
+        other.records = sorted(other.records + log.records, key=_record_time)
+        other.num_bad_lines += log.num_bad_lines
+        other.pids |= log.pids
+    else:
+        run.ranks[log.rank] = log
+
+
+def _record_time(record: Record | UnknownRecord) -> float:
+    return record.t if isinstance(record, Record) else float(record.data.get("t") or 0.0)
+
+
+def _warn_about_gaps(run: RunLog) -> None:
+    missing = run.missing_ranks
+    if missing:
+        run.warnings.append(
+            f"no records from rank(s) {_ranges(missing)} of world size {run.world_size}: "
+            "those processes never started recording, or their node's run directory was not passed"
+        )
+
+
+def _ranges(numbers: Sequence[int]) -> str:
+    """[0,1,2,5,7,8] -> '0-2,5,7-8'"""
+    parts: list[str] = []
+    start = prev = None
+    for n in sorted(numbers):
+        if start is None:
+            start = prev = n
+        elif n == prev + 1:
+            prev = n
+        else:
+            parts.append(f"{start}-{prev}" if prev != start else f"{start}")
+            start = prev = n
+    if start is not None:
+        parts.append(f"{start}-{prev}" if prev != start else f"{start}")
+    return ",".join(parts)

@@ -1,0 +1,192 @@
+"""The per-process recorder: turns API calls into records in this rank's file.
+
+Hot-path methods (`begin_phase`, `end_phase`, `step`) take two clock readings and queue a
+tuple; the sink's thread builds the record. Phases nest per thread.
+
+Typical use (through grpo_doctor's module functions, which own the one Recorder):
+    rec = Recorder(run_dir, RankIdentity.detect(), sync=False, warn=print)
+    rec.begin_phase("rollout", sync=False); ...; rec.end_phase(None, None)
+    rec.step(0, {"loss": 0.1})
+    rec.end(EndReason.EXIT)
+"""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from grpo_doctor.rank import memory_history
+from grpo_doctor.rank.environment import collect_launch_settings, collect_versions, current_gpu_uuid
+from grpo_doctor.rank.identity import RankIdentity
+from grpo_doctor.rank.memory import take_memory_snapshot
+from grpo_doctor.rank.nvml import Nvml
+from grpo_doctor.rank.sink import JsonlSink
+from grpo_doctor.schema import End, EndReason, Error, Header, Memory, PhaseBegin, PhaseEnd, Record, RunPaths, Step
+
+_SCALARS = (int, float, str, bool, type(None))
+PHASE_ATTR = "_grpo_doctor_phase"  # set on an exception by the innermost phase it left
+
+
+class Recorder:
+    def __init__(
+        self,
+        run_dir: Path,
+        ident: RankIdentity,
+        *,
+        sync: bool,
+        warn,
+        start_step: int | None = 0,
+        flush_interval_s: float = 0.25,
+        nvml: Nvml | None = None,
+    ) -> None:
+        self.paths = RunPaths(run_dir)
+        self.ident = ident
+        self.sync = sync
+        self.current_step = start_step
+        self.nvml = nvml or Nvml()
+        self.ended = False
+        self._local = threading.local()
+        self._main_stack = self._stack()  # the main thread's phases, for End records from handlers
+        self.sink = JsonlSink(
+            self.paths.rank_file(ident.rank), build=self._build, warn=warn, flush_interval_s=flush_interval_s
+        )
+        self.gpu_uuid = current_gpu_uuid(ident.local_rank, self.nvml)
+        self.sink.write_now([self._header()])
+
+    # -- hot path ---------------------------------------------------------------------------
+
+    def begin_phase(self, name: str, sync: bool) -> None:
+        stack = self._stack()
+        synced = sync and _cuda_sync()
+        path = f"{stack[-1][1]}/{name}" if stack else name
+        mono = time.monotonic()
+        stack.append((name, path, mono, synced))
+        self.sink.enqueue((PhaseBegin, self.current_step, time.time(), mono, (name, path)))
+
+    def end_phase(self, exc_type, exc) -> None:
+        stack = self._stack()
+        if not stack:
+            return
+        name, path, began, synced = stack.pop()
+        error = exc_type.__name__ if exc_type is not None else None
+        if exc is not None and not hasattr(exc, PHASE_ATTR):
+            try:
+                setattr(exc, PHASE_ATTR, (name, path))
+            except AttributeError:  # exceptions with __slots__
+                pass
+        if synced and exc_type is None:
+            try:
+                _cuda_sync()  # an asynchronous CUDA error surfaces here, inside the phase that caused it
+            except BaseException as sync_exc:
+                self._queue_phase_end(name, path, began, synced, type(sync_exc).__name__)
+                setattr(sync_exc, PHASE_ATTR, (name, path))
+                raise
+        self._queue_phase_end(name, path, began, synced, error)
+
+    def _queue_phase_end(self, name, path, began, synced, error) -> None:
+        mono = time.monotonic()
+        self.sink.enqueue((PhaseEnd, self.current_step, time.time(), mono, (name, path, mono - began, synced, error)))
+
+    def step(self, n: int, metrics: dict[str, Any]) -> None:
+        clean = {k: v if type(v) in _SCALARS else _to_scalar(v) for k, v in metrics.items()}
+        self.sink.enqueue((Step, n, time.time(), time.monotonic(), (clean,)))
+        self.current_step = n + 1
+
+    # -- less frequent ------------------------------------------------------------------------
+
+    def memory_snapshot(self, tag: str) -> Memory:
+        fields = take_memory_snapshot(self.nvml, self.gpu_uuid)
+        record = Memory(*self._common(self.current_step), tag=tag, **fields)
+        self.sink.enqueue(record)
+        return record
+
+    def exception(self, exc_type, exc, tb, fatal: bool = True) -> None:
+        """Record an exception that is ending the process (or a thread, when fatal is False)."""
+        where = getattr(exc, PHASE_ATTR, None) or self._open_phase()
+        dump = None
+        if memory_history.is_cuda_oom(exc):
+            dump = memory_history.dump_on_oom(self.paths, self.ident.rank)
+        error = Error(
+            *self._common(self.current_step),
+            exc_type=exc_type.__name__,
+            message=str(exc)[:20000],
+            traceback="".join(traceback.format_exception(exc_type, exc, tb))[-50000:],
+            phase=where[0] if where else None,
+            path=where[1] if where else None,
+            memory_dump=dump,
+        )
+        self.sink.write_now([error])
+        if fatal:
+            self.end(EndReason.EXCEPTION)
+
+    def end(self, reason: EndReason, signal_name: str | None = None) -> None:
+        if self.ended:
+            return
+        self.ended = True
+        where = self._open_phase()
+        end = End(
+            *self._common(self.current_step),
+            reason=reason,
+            signal=signal_name,
+            open_path=where[1] if where else None,
+            num_dropped=self.sink.num_dropped,
+        )
+        self.sink.write_now([end])
+        self.sink.close()
+
+    def flush(self) -> None:
+        self.sink.flush()
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def _stack(self) -> list:
+        try:
+            return self._local.stack
+        except AttributeError:
+            self._local.stack = []
+            return self._local.stack
+
+    def _open_phase(self) -> tuple[str, str] | None:
+        stack = self._stack() or self._main_stack
+        return (stack[-1][0], stack[-1][1]) if stack else None
+
+    def _common(self, step: int | None) -> tuple:
+        return (self.ident.rank, self.ident.host, self.ident.pid, step, time.time(), time.monotonic())
+
+    def _build(self, raw) -> Record:
+        cls, step, t, mono, extra = raw
+        return cls(self.ident.rank, self.ident.host, self.ident.pid, step, t, mono, *extra)
+
+    def _header(self) -> Header:
+        i = self.ident
+        return Header(
+            *self._common(self.current_step),
+            local_rank=i.local_rank,
+            world_size=i.world_size,
+            node_rank=i.node_rank,
+            local_world_size=i.local_world_size,
+            gpu_uuid=self.gpu_uuid,
+            versions=collect_versions(self.nvml),
+            launch=collect_launch_settings(os.environ),
+            argv=list(sys.argv),
+            attempt=i.attempt,
+        )
+
+
+def _cuda_sync() -> bool:
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_initialized():
+        return False
+    torch.cuda.synchronize()
+    return True
+
+
+def _to_scalar(value: Any) -> float | str:
+    try:
+        return float(value)  # tensors, numpy scalars
+    except (TypeError, ValueError):
+        return str(value)

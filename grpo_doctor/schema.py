@@ -1,0 +1,242 @@
+"""The records of a run's event log and the layout of a run directory, defined once.
+
+Every process of a job appends records to its own JSON-lines file under `ranks/`; the
+supervisor and the analyser read them back with `grpo_doctor.eventlog`. A record is a frozen
+dataclass; on disk it is one JSON object per line with the common fields first.
+
+Typical use:
+    rec = PhaseBegin(rank=0, host="node-1", pid=42, step=3, t=time.time(), mono=time.monotonic(),
+                     phase="rollout", path="rollout")
+    line = json.dumps(rec.to_dict())
+    assert record_from_dict(json.loads(line)) == rec
+
+Compatibility: a reader accepts records of any schema version up to its own; fields it does not
+know are dropped, kinds it does not know become `UnknownRecord`.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any, ClassVar
+
+SCHEMA_VERSION = 1
+
+RUN_DIR_ENV = "GRPO_DOCTOR_RUN_DIR"
+DEFAULT_RUNS_ROOT = "grpo-doctor-runs"
+
+
+class RecordKind(str, Enum):
+    HEADER = "header"
+    PHASE_BEGIN = "phase_begin"
+    PHASE_END = "phase_end"
+    STEP = "step"
+    MEMORY = "memory"
+    ERROR = "error"
+    END = "end"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class EndReason(str, Enum):
+    EXIT = "exit"  # interpreter shut down normally (sys.exit or end of script)
+    SIGNAL = "signal"  # a termination signal was caught (SIGTERM, SIGINT, SIGHUP)
+    EXCEPTION = "exception"  # an uncaught exception is ending the process
+    SHUTDOWN = "shutdown"  # grpo_doctor.shutdown() was called
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class Record:
+    """Fields every record carries. `t` is wall time (s since the epoch), `mono` monotonic s."""
+
+    KIND: ClassVar[RecordKind]
+    rank: int
+    host: str
+    pid: int
+    step: int | None
+    t: float
+    mono: float
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"schema": SCHEMA_VERSION, "kind": self.KIND.value}
+        for f in dataclasses.fields(self):
+            out[f.name] = getattr(self, f.name)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Record:
+        known = _field_names(cls)
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+@dataclass(frozen=True)
+class Header(Record):
+    """First record of every rank file (and again after each restart of that rank)."""
+
+    KIND: ClassVar[RecordKind] = RecordKind.HEADER
+    local_rank: int
+    world_size: int
+    node_rank: int | None
+    local_world_size: int | None
+    gpu_uuid: str | None
+    versions: dict[str, str | None]  # python, torch, deepspeed, vllm, transformers, trl, nccl, cuda, cuda_driver
+    launch: dict[str, str]  # launch settings and NCCL_* / TORCH_* / PYTORCH_* variables as set
+    argv: list[str]
+    attempt: int = 0  # TORCHELASTIC_RESTART_COUNT
+    schema_version: int = SCHEMA_VERSION
+
+
+@dataclass(frozen=True)
+class PhaseBegin(Record):
+    KIND: ClassVar[RecordKind] = RecordKind.PHASE_BEGIN
+    phase: str
+    path: str  # nested phases joined by "/", e.g. "rollout/generate"
+
+
+@dataclass(frozen=True)
+class PhaseEnd(Record):
+    KIND: ClassVar[RecordKind] = RecordKind.PHASE_END
+    phase: str
+    path: str
+    duration_s: float
+    synced: bool  # torch.cuda.synchronize() ran at both ends, so GPU time is included
+    error: str | None = None  # exception type that left the phase, if any
+
+
+@dataclass(frozen=True)
+class Step(Record):
+    """Step `step` has finished; metrics are its results (loss, kl, reward, grad_norm, ...)."""
+
+    KIND: ClassVar[RecordKind] = RecordKind.STEP
+    metrics: dict[str, float | int | str | None] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Memory(Record):
+    """One memory snapshot. GPU fields are None where there is no CUDA device."""
+
+    KIND: ClassVar[RecordKind] = RecordKind.MEMORY
+    tag: str
+    host_rss_bytes: int | None
+    device: int | None = None
+    allocated_bytes: int | None = None
+    reserved_bytes: int | None = None
+    peak_allocated_bytes: int | None = None
+    inactive_split_bytes: int | None = None  # free space stranded inside reserved blocks (fragmentation)
+    num_alloc_retries: int | None = None
+    num_ooms: int | None = None
+    free_bytes: int | None = None
+    total_bytes: int | None = None
+    # Every process NVML sees on this rank's GPU: [{"pid": int, "used_bytes": int | None}]
+    gpu_processes: list[dict[str, int | None]] | None = None
+
+
+@dataclass(frozen=True)
+class Error(Record):
+    """An exception that ended (or is about to end) the process."""
+
+    KIND: ClassVar[RecordKind] = RecordKind.ERROR
+    exc_type: str
+    message: str
+    traceback: str
+    phase: str | None  # innermost open phase when it was raised
+    path: str | None
+    memory_dump: str | None = None  # allocator history written for a CUDA OOM, relative to the run dir
+
+
+@dataclass(frozen=True)
+class End(Record):
+    KIND: ClassVar[RecordKind] = RecordKind.END
+    reason: EndReason | str
+    signal: str | None = None
+    open_path: str | None = None  # phase still open when the process ended
+    num_dropped: int = 0  # records lost because the log could not be written (disk full, ...)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = super().to_dict()
+        out["reason"] = str(self.reason)
+        return out
+
+
+@dataclass(frozen=True)
+class UnknownRecord:
+    """A well-formed line of a kind this version does not know (written by a newer grpo-doctor)."""
+
+    kind: str
+    data: dict[str, Any]
+
+    @property
+    def rank(self) -> int | None:
+        return self.data.get("rank")
+
+
+RECORD_TYPES: dict[str, type[Record]] = {
+    cls.KIND.value: cls for cls in (Header, PhaseBegin, PhaseEnd, Step, Memory, Error, End)
+}
+
+
+class BadRecord(ValueError):
+    """A JSON object that is not a record this version can read."""
+
+
+def record_from_dict(data: Any) -> Record | UnknownRecord:
+    if not isinstance(data, dict) or not isinstance(data.get("kind"), str):
+        raise BadRecord("not a record: no 'kind'")
+    cls = RECORD_TYPES.get(data["kind"])
+    if cls is None:
+        return UnknownRecord(kind=data["kind"], data=data)
+    missing = _required_names(cls) - data.keys()
+    if missing:
+        raise BadRecord(f"{data['kind']} record lacks {sorted(missing)}")
+    return cls.from_dict(data)
+
+
+def _field_names(cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in dataclasses.fields(cls))
+
+
+def _required_names(cls: type) -> frozenset[str]:
+    return frozenset(
+        f.name
+        for f in dataclasses.fields(cls)
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    )
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    """Where things live inside one run directory."""
+
+    root: Path
+
+    @property
+    def run_json(self) -> Path:
+        return self.root / "run.json"
+
+    @property
+    def ranks(self) -> Path:
+        return self.root / "ranks"
+
+    @property
+    def memory(self) -> Path:
+        return self.root / "memory"
+
+    @property
+    def stacks(self) -> Path:
+        return self.root / "stacks"
+
+    @property
+    def flight_recorder(self) -> Path:
+        return self.root / "fr"
+
+    @property
+    def supervisor(self) -> Path:
+        return self.root / "supervisor"
+
+    def rank_file(self, rank: int) -> Path:
+        return self.ranks / f"rank-{rank:05d}.jsonl"
