@@ -1,0 +1,1 @@
+"""The `grpo-doctor` command line: main.py plus one module per subcommand."""

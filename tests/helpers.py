@@ -1,0 +1,40 @@
+"""Test helpers: run a small Python program as its own process, as a rank would be."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def has_cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """The test's environment without launcher or grpo-doctor variables leaking in."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GRPO_DOCTOR_", "RANK", "LOCAL_RANK", "WORLD_SIZE"))}
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    env.update(extra)
+    return env
+
+
+def write_program(tmp_path: Path, source: str, name: str = "prog.py") -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(source))
+    return path
+
+
+def run_program(tmp_path: Path, source: str, timeout_s: float = 60, cwd: Path | None = None, **env: str):
+    prog = write_program(tmp_path, source)
+    return subprocess.run(
+        [sys.executable, str(prog)], env=clean_env(**env), cwd=cwd or tmp_path,
+        capture_output=True, text=True, timeout=timeout_s,
+    )
