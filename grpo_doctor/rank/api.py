@@ -81,7 +81,7 @@ def init(
             _disabled = True
             _say(f"error: {exc}. Recording is off for this process; training goes on")
             return None
-        hooks.install(_recorder, on_fork_child=_forget_in_child)
+        hooks.install(lambda: _recorder, on_fork_child=_forget_in_child)
         wants_history = _env_flag(MEMORY_HISTORY_ENV) if record_memory_history is None else record_memory_history
         if wants_history and not memory_history.enable():
             _say("record_memory_history has no effect: CUDA is not available in this process")

@@ -10,8 +10,10 @@
 A handler cannot run while the main thread is blocked inside C code (a collective), so the
 background flush is what bounds loss there, not these hooks.
 
+Installed once per process; every hook acts on whatever recorder is current then.
+
 Typical use:
-    install(recorder, on_fork_child=forget)
+    install(lambda: _recorder, on_fork_child=forget)
 """
 from __future__ import annotations
 
@@ -26,27 +28,39 @@ from grpo_doctor.rank.recorder import Recorder
 from grpo_doctor.schema import EndReason
 
 CAUGHT_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+CurrentRecorder = Callable[[], "Recorder | None"]
+_installed = False
 
 
-def install(recorder: Recorder, on_fork_child: Callable[[], None]) -> None:
-    _chain_excepthook(recorder)
-    _chain_thread_excepthook(recorder)
+def install(current: CurrentRecorder, on_fork_child: Callable[[], None]) -> None:
+    global _installed
+    if _installed:
+        return
+    _installed = True
+    _chain_excepthook(current)
+    _chain_thread_excepthook(current)
     if threading.current_thread() is threading.main_thread():
         for signum in CAUGHT_SIGNALS:
-            _chain_signal(recorder, signum)
-    atexit.register(_at_exit, recorder)
+            _chain_signal(current, signum)
+    atexit.register(_at_exit, current)
     os.register_at_fork(after_in_child=on_fork_child)
 
 
-def _chain_excepthook(recorder: Recorder) -> None:
+def _live(current: CurrentRecorder) -> Recorder | None:
+    recorder = current()
+    return recorder if recorder is not None and not recorder.ended else None
+
+
+def _chain_excepthook(current: CurrentRecorder) -> None:
     previous = sys.excepthook
 
     def excepthook(exc_type, exc, tb):
         try:
-            if issubclass(exc_type, KeyboardInterrupt):
-                recorder.end(EndReason.SIGNAL, "SIGINT")
-            elif not recorder.ended:
-                recorder.exception(exc_type, exc, tb)
+            if (recorder := _live(current)) is not None:
+                if issubclass(exc_type, KeyboardInterrupt):
+                    recorder.end(EndReason.SIGNAL, "SIGINT")
+                else:
+                    recorder.exception(exc_type, exc, tb)
         except Exception:  # recording must never hide the user's traceback
             pass
         previous(exc_type, exc, tb)
@@ -54,12 +68,12 @@ def _chain_excepthook(recorder: Recorder) -> None:
     sys.excepthook = excepthook
 
 
-def _chain_thread_excepthook(recorder: Recorder) -> None:
+def _chain_thread_excepthook(current: CurrentRecorder) -> None:
     previous = threading.excepthook
 
     def excepthook(args):
         try:
-            if not recorder.ended and args.exc_type is not SystemExit:
+            if (recorder := _live(current)) is not None and args.exc_type is not SystemExit:
                 recorder.exception(args.exc_type, args.exc_value, args.exc_traceback, fatal=False)
         except Exception:
             pass
@@ -68,24 +82,27 @@ def _chain_thread_excepthook(recorder: Recorder) -> None:
     threading.excepthook = excepthook
 
 
-def _chain_signal(recorder: Recorder, signum: int) -> None:
+def _chain_signal(current: CurrentRecorder, signum: int) -> None:
     previous = signal.getsignal(signum)
     if previous in (signal.SIG_IGN, None):
         return  # ignored on purpose, or set from C: leave it alone
     name = signal.Signals(signum).name
 
     def handler(sig, frame):
+        recorder = _live(current)
         if callable(previous):
-            recorder.flush()  # the user's handler decides whether we end
+            if recorder is not None:
+                recorder.flush()  # the user's handler decides whether we end
             previous(sig, frame)
             return
-        recorder.end(EndReason.SIGNAL, name)
+        if recorder is not None:
+            recorder.end(EndReason.SIGNAL, name)
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
 
     signal.signal(signum, handler)
 
 
-def _at_exit(recorder: Recorder) -> None:
-    if not recorder.ended:
+def _at_exit(current: CurrentRecorder) -> None:
+    if (recorder := _live(current)) is not None:
         recorder.end(EndReason.EXIT)
