@@ -131,7 +131,11 @@ def load_run(paths: Sequence[str | Path]) -> RunLog:
     run = RunLog(dirs=[Path(p) for p in paths])
     for path in run.dirs:
         for rank_file in _rank_files(path):
-            log = read_rank_file(rank_file)
+            try:
+                log = read_rank_file(rank_file)
+            except OSError as exc:
+                run.warnings.append(f"{rank_file}: cannot be read ({exc.strerror}); its rank is left out")
+                continue
             _merge(run, log)
     _warn_about_gaps(run)
     return run

@@ -105,3 +105,11 @@ def test_a_path_that_is_not_a_run_directory_is_a_clear_error(tmp_path):
     with pytest.raises(RunDirError, match="holds no rank files") as err:
         load_run([tmp_path])
     assert "not its parent" in err.value.hint
+
+
+def test_an_unreadable_rank_file_is_a_warning_and_the_other_ranks_load(tmp_path):
+    write_rank(tmp_path, 0, [_header(0, 2)])
+    RunPaths(tmp_path).rank_file(1).mkdir()  # not a file at all
+    run = load_run([tmp_path])
+    assert sorted(run.ranks) == [0]
+    assert any("rank-00001.jsonl: cannot be read" in w for w in run.warnings)
