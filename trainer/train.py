@@ -1,0 +1,184 @@
+"""The GRPO training loop, instrumented with grpo-doctor phases, steps and memory snapshots.
+
+One step: (weight-sync into vLLM) -> rollout of B completions per rank -> reward, gathered
+over ranks, group-normalised advantages -> reference log-probs -> policy log-probs and loss
+-> backward -> optimizer step. Faults from `--inject` fire just inside the phase they name.
+
+Typical use:
+    torchrun --nproc-per-node 2 -m trainer.train --steps 6 --run-dir runs/demo
+    python -m trainer.train --steps 2 --no-record        # one process, world size 1
+"""
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import PreTrainedTokenizerBase
+
+import grpo_doctor as gd
+from trainer.config import TrainConfig, UsageError, parse_args
+from trainer.data import make_problems, rank_slice
+from trainer.dist import (
+    DistInfo,
+    all_gather_floats,
+    all_gather_objects,
+    init_distributed,
+    shutdown_distributed,
+)
+from trainer.engine import DDPEngine, DeepSpeedEngine, build_engine
+from trainer.grpo import group_advantages, grpo_loss, reward_stats, token_logprobs
+from trainer.inject import Injector
+from trainer.model import build_policy_and_reference, save_model
+from trainer.reward import score_completions
+from trainer.rollout import VLLMRollout, generate_hf
+
+
+@dataclass
+class Trainer:
+    cfg: TrainConfig
+    info: DistInfo
+    engine: DDPEngine | DeepSpeedEngine
+    reference: torch.nn.Module
+    tokenizer: PreTrainedTokenizerBase
+    injector: Injector
+    vllm: VLLMRollout | None = None
+
+    def run_step(self, n: int) -> dict[str, float]:
+        cfg, info, inj = self.cfg, self.info, self.injector
+        problems = make_problems(cfg.seed, n, cfg.num_prompts(info.world_size))
+        mine = rank_slice(problems, info.rank, cfg.per_device_batch, cfg.num_generations)
+
+        if self.vllm is not None:
+            with gd.phase("weight-sync"):
+                inj.at("weight-sync", n)
+                self.vllm.sync_weights(self.engine.named_full_parameters())
+
+        with gd.phase("rollout"):
+            inj.at("rollout", n)
+            prompts = [p.prompt for p in mine]
+            if self.vllm is not None:
+                comp = self.vllm.generate(prompts, info.device)
+            else:
+                with self.engine.generation_model() as model:
+                    comp = generate_hf(model, self.tokenizer, prompts, cfg, info.device)
+
+        with gd.phase("reward"):
+            inj.at("reward", n)
+            local = score_completions(comp.texts, comp.ended_with_eos, [p.answer for p in mine],
+                                      constant=inj.reward_override())
+            rewards = all_gather_floats(local, info)
+            mine_samples = list(zip(comp.texts, comp.ended_with_eos, strict=True))
+            samples = [s for per_rank in all_gather_objects(mine_samples, info) for s in per_rank]
+            stats = reward_stats(rewards, cfg.num_generations)
+            lo, hi = info.rank * cfg.per_device_batch, (info.rank + 1) * cfg.per_device_batch
+            advantages = group_advantages(rewards, cfg.num_generations)[lo:hi].to(info.device)
+
+        input_ids, attention_mask = comp.input_ids, comp.attention_mask
+        num_prompt_tokens = comp.prompt_ids.shape[1]
+        ref_logp = None
+        if cfg.beta != 0:
+            with gd.phase("ref-logprob"):
+                inj.at("ref-logprob", n)
+                with torch.no_grad():
+                    ref_logp = token_logprobs(self.reference, input_ids, attention_mask, num_prompt_tokens,
+                                              cfg.temperature)
+
+        with gd.phase("forward"):
+            inj.at("forward", n)
+            logp = token_logprobs(self.engine.forward, input_ids, attention_mask, num_prompt_tokens,
+                                  cfg.temperature)
+            loss, kl = grpo_loss(logp, ref_logp, advantages, comp.completion_mask, cfg.beta, cfg.epsilon)
+            if inj.nan_loss(n):
+                loss = loss * float("nan")  # poisons the gradients too, as a real NaN would
+
+        with gd.phase("backward"):
+            inj.at("backward", n)
+            self.engine.backward(loss)
+
+        with gd.phase("optimizer-step"):
+            inj.at("optimizer-step", n)
+            grad_norm = self.engine.step()
+
+        metrics = {
+            "loss": loss.item(),
+            "reward": stats.mean,
+            "reward_std": stats.std,
+            "frac_reward_zero_std": stats.frac_zero_std,
+            "frac_identical_groups": frac_identical_groups(samples, cfg.num_generations),
+            "grad_norm": grad_norm,
+            "lr": self.engine.lr,
+            "completion_length": comp.completion_mask.sum(dim=1).float().mean().item(),
+            "num_tokens": int(attention_mask.sum().item()),
+        }
+        if kl is not None:
+            metrics["kl"] = kl.item()
+        return metrics
+
+
+def frac_identical_groups(samples: list, num_generations: int) -> float:
+    """Fraction of prompt groups whose completions are all the same (seed collision, case 2)."""
+    groups = [samples[i : i + num_generations] for i in range(0, len(samples), num_generations)]
+    return sum(len(set(g)) == 1 for g in groups) / len(groups)
+
+
+def build_trainer(cfg: TrainConfig, info: DistInfo, workdir: Path) -> Trainer:
+    """workdir: scratch space for this process (vLLM loads the tiny model from a directory)."""
+    policy, reference, tokenizer = build_policy_and_reference(cfg.model, cfg.seed)
+    injector = Injector(cfg.faults, info.rank, info.device)
+    # TRL's set_seed(seed, device_specific=True): each sampling process its own stream.
+    sampling_rank = injector.sampling_rank(info.rank, info.node_rank)
+    vllm = None
+    if cfg.rollout == "vllm":
+        model_dir = save_model(policy, tokenizer, workdir / "policy") if cfg.model == "tiny" else cfg.model
+        base = cfg.seed if cfg.vllm_seed is None else cfg.vllm_seed
+        vllm = VLLMRollout(model_dir, tokenizer, cfg, seed=base + sampling_rank)
+    engine = build_engine(policy, cfg, info)
+    torch.manual_seed(cfg.seed + sampling_rank)
+    return Trainer(cfg, info, engine, reference.to(info.device), tokenizer, injector, vllm)
+
+
+def main(argv: list[str] | None = None) -> int:
+    info = None
+    try:
+        cfg = parse_args(argv)
+        info = init_distributed(cfg.backend, cfg.dist_timeout_s)
+        cfg.check_world(info.world_size)
+        if cfg.rollout == "vllm" and not torch.cuda.is_available():
+            raise UsageError("vLLM rollouts need a CUDA GPU and this machine has none", "use --rollout hf")
+        gd.init(run_dir=cfg.run_dir, enabled=cfg.record, sync=cfg.sync_phases)
+        with tempfile.TemporaryDirectory(prefix="grpo-trainer-") as workdir:
+            train(build_trainer(cfg, info, Path(workdir)))
+    except UsageError as exc:
+        if info is None or info.rank == 0:  # every rank has the same options: say it once
+            print(f"error: {exc}; {exc.hint}" if exc.hint else f"error: {exc}", file=sys.stderr, flush=True)
+        shutdown_distributed()
+        return 2
+    gd.shutdown()
+    shutdown_distributed()
+    return 0
+
+
+def train(trainer: Trainer) -> None:
+    cfg, info = trainer.cfg, trainer.info
+    if info.rank == 0:
+        print(f"GRPO: world_size {info.world_size}, backend {info.backend}, engine {cfg.engine}"
+              f"{f' ZeRO-{cfg.zero_stage}' if cfg.engine == 'deepspeed' else ''}, rollout {cfg.rollout}, "
+              f"{cfg.num_prompts(info.world_size)} prompts x {cfg.num_generations} per step, "
+              f"run dir {gd.run_dir()}", flush=True)
+    for n in range(cfg.steps):
+        began_s = time.monotonic()
+        metrics = trainer.run_step(n)
+        gd.memory_snapshot("step")
+        gd.step(n, **metrics)
+        if info.rank == 0 and (n % cfg.log_every == 0 or n == cfg.steps - 1):
+            kl = f" kl {metrics['kl']:.4f}" if "kl" in metrics else ""
+            print(f"step {n} loss {metrics['loss']:.4f} reward {metrics['reward']:.3f}"
+                  f" reward_std {metrics['reward_std']:.3f}{kl} {time.monotonic() - began_s:.3f}s", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
