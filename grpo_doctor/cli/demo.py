@@ -42,6 +42,7 @@ def run(args) -> int:
         raise UserError("the demo needs torch and transformers", "pip install 'grpo-doctor[train]'")
     if args.nproc < 1:
         raise UserError(f"--nproc {args.nproc} must be at least 1")
+    _check_inject_specs(args.inject)
     out = args.out or Path("grpo-doctor-runs") / time.strftime("demo-%Y%m%d-%H%M%S")
     command = [
         sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(args.nproc),
@@ -57,11 +58,25 @@ def run(args) -> int:
     try:
         log = load_run([out])
     except RunDirError as exc:
-        raise UserError(f"the demo left no records: {exc}", "run it again with --debug and read the output") from None
+        raise UserError(
+            f"the trainer exited with status {status} before recording anything ({exc})",
+            "its own error is printed above",
+        ) from None
     print()
     print(summary.format_summary(log, summary.summarise(log)))
     print(f"\nrun directory: {out}")
     return 0 if status == 0 else 1
+
+
+def _check_inject_specs(specs: list[str]) -> None:
+    """Reject a bad spec here, in one line, rather than after torchrun has started two ranks."""
+    from trainer.inject import parse_fault
+
+    for spec in specs:
+        try:
+            parse_fault(spec)
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
 
 
 def _run_with_timeout(command: list[str], env: dict, timeout_s: float) -> int:

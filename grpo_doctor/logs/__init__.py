@@ -1,0 +1,1 @@
+"""Parsers that find failure signatures in raw text logs (stdlib only)."""

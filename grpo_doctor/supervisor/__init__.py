@@ -1,0 +1,1 @@
+"""`grpo-doctor watch`: launches the job, samples it, detects hangs and takes every rank's stacks."""

@@ -1,0 +1,42 @@
+import subprocess
+import sys
+
+import pytest
+from helpers import clean_env
+
+from grpo_doctor.eventlog import load_run
+from grpo_doctor.schema import Step
+
+
+@pytest.mark.distributed
+def test_demo_trains_two_cpu_ranks_and_leaves_a_run_directory(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "grpo_doctor.cli.main", "demo", "--steps", "2", "--out", str(tmp_path / "run")],
+        env=clean_env(), cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert f"run directory: {tmp_path / 'run'}" in out.stdout
+    run = load_run([tmp_path / "run"])
+    assert sorted(run.ranks) == [0, 1] and not run.warnings
+    assert all(len(log.of_kind(Step)) == 2 for log in run.ranks.values())
+
+
+@pytest.mark.distributed
+def test_demo_with_an_injected_crash_fails_and_names_the_rank(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "grpo_doctor.cli.main", "demo", "--steps", "3", "--out", str(tmp_path / "run"),
+         "--inject", "crash:rank=1,step=1,phase=backward"],
+        env=clean_env(), cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )
+    assert out.returncode == 1
+    rank1 = next(line for line in out.stdout.splitlines() if line.strip().startswith("1 "))
+    assert "RuntimeError in backward" in rank1
+
+
+def test_demo_rejects_a_malformed_inject_spec_in_one_line(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "grpo_doctor.cli.main", "demo", "--out", str(tmp_path / "run"), "--inject", "hang:rank=x"],
+        env=clean_env(), cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )
+    assert out.returncode == 2
+    assert "'hang:rank=x'" in out.stderr and "Traceback" not in out.stderr
