@@ -40,7 +40,7 @@ PTRACE_HINT = (
     "or allow it on the host with sysctl kernel.yama.ptrace_scope=0, "
     "or run grpo-doctor watch as the same user as the training processes, or as root"
 )
-_KILL_WAIT_S = 2.0  # after a timeout, how long to wait for a SIGKILLed py-spy to be reaped
+_KILL_WAIT_S = 2.0  # after the timeout, how long to wait for SIGKILLed py-spys to be reaped
 _DENIED = re.compile(r"permission denied|operation not permitted|\bEPERM\b", re.IGNORECASE)
 
 
@@ -59,7 +59,10 @@ def capture_stacks(
     targets: Mapping[int, int], out_dir: Path, *, native: bool = False, timeout_s: float = 10.0,
     py_spy: str = "py-spy",
 ) -> list[StackCapture]:
-    """One capture per rank in `targets` (rank -> pid), sorted by rank; returns within about timeout_s."""
+    """One capture per rank in `targets` (rank -> pid), sorted by rank.
+
+    Returns within timeout_s (plus at most 2 s to reap py-spys killed at the timeout).
+    """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     host = socket.gethostname()
@@ -76,7 +79,9 @@ def capture_stacks(
         for rank, pid in sorted(targets.items()):
             if pid not in runs:
                 runs[pid] = _start(exe, rank, pid, out_dir, native)
-        by_pid = {pid: _finish(run, host, timeout_s) for pid, run in runs.items()}
+        # However many py-spys ignore their SIGKILL, the call ends by this time.
+        give_up_mono = min(run.started_mono for run in runs.values()) + timeout_s + _KILL_WAIT_S
+        by_pid = {pid: _finish(run, host, timeout_s, give_up_mono) for pid, run in runs.items()}
         caps = []
         for rank, pid in sorted(targets.items()):
             cap = by_pid[pid]
@@ -125,7 +130,7 @@ def _start(exe: str, rank: int, pid: int, out_dir: Path, native: bool) -> _Run:
     return _Run(rank, pid, command, started_t, time.monotonic(), proc, raw_path, stderr)
 
 
-def _finish(run: _Run, host: str, timeout_s: float) -> StackCapture:
+def _finish(run: _Run, host: str, timeout_s: float, give_up_mono: float) -> StackCapture:
     def failed(error: str) -> StackCapture:
         return StackCapture(run.rank, run.pid, host, run.started_t, (), error, run.command)
 
@@ -140,7 +145,7 @@ def _finish(run: _Run, host: str, timeout_s: float) -> StackCapture:
         except subprocess.TimeoutExpired:
             run.proc.kill()
             try:
-                run.proc.wait(timeout=_KILL_WAIT_S)
+                run.proc.wait(timeout=max(0.0, give_up_mono - time.monotonic()))
             except subprocess.TimeoutExpired:
                 pass  # stuck in the kernel; leave it rather than hang the supervisor
             return failed(f"timeout: py-spy did not finish within {timeout_s:g} s for pid {run.pid}")

@@ -37,12 +37,17 @@ _COLLECTIVE_TOKENS = (
     "all_reduce", "allreduce", "all_gather", "allgather", "reduce_scatter", "reducescatter",
     "all_to_all", "alltoall", "barrier", "broadcast",
 )
+# Array broadcasting (numpy, torch) is computation, not communication.
+_NOT_COLLECTIVE = frozenset({"broadcast_to", "broadcast_tensors", "broadcast_shapes", "broadcast_arrays"})
 # Names too common to trust outside the communication packages below.
 _COMM_NAMES = frozenset({
     "wait", "_wait", "wait_tensor", "send", "recv", "isend", "irecv", "batch_isend_irecv", "reduce",
     "gather", "scatter", "gather_object", "scatter_object_list", "get", "_store_based_barrier",
 })
-_COMM_PACKAGES = ("torch/distributed/", "deepspeed/comm/", "torch/_distributed", "megatron/core/parallel_state")
+_COMM_PACKAGES = (
+    "torch/distributed/", "deepspeed/comm/", "megatron/core/parallel_state", "vllm/distributed/",
+    "sglang/srt/distributed/",
+)
 # torchrun's @record decorator wraps every main(): in torch/distributed, but no communication.
 _NOT_COMM = ("torch/distributed/elastic/", "torch/distributed/run.py", "torch/distributed/launch")
 # Decorators between user code and the library function it called, skipped when naming the call.
@@ -162,7 +167,7 @@ def is_waiting_in_collective(thread: ThreadStack) -> bool:
         if frame.is_native:
             if any(token in frame.function.lower() or token in frame.filename.lower() for token in _NATIVE_COMM):
                 return True
-        elif any(token in name for token in _COLLECTIVE_TOKENS):
+        elif any(token in name for token in _COLLECTIVE_TOKENS) and name not in _NOT_COLLECTIVE:
             return True
         elif name in _COMM_NAMES and _is_comm(frame):
             return True

@@ -1,0 +1,174 @@
+"""Start the user's command and own its whole process tree until every process in it is gone.
+
+torchrun starts each worker in a session of its own, so a process-group kill does not reach
+them. watch therefore makes itself a child subreaper (Linux): every orphan of the tree is
+re-parented to watch instead of init, so "the tree" is always watch's descendants, and ending
+the job is signalling exactly those — nothing outside the tree is ever signalled. The direct
+child also gets PR_SET_PDEATHSIG, so if watch itself is SIGKILLed the launcher is told to stop
+and takes its workers down.
+
+Typical use:
+    tree = ProcessTree.start(["torchrun", "--nproc-per-node", "2", "train.py"], env)
+    status = tree.wait(timeout_s=1.0)        # None while running
+    tree.forward(signal.SIGINT)
+    tree.end(grace_s=10.0)                   # SIGTERM, then SIGKILL what is left
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import psutil
+
+_PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+class LaunchError(Exception):
+    def __init__(self, message: str, hint: str) -> None:
+        super().__init__(message)
+        self.hint = hint
+
+
+def _prctl(option: int, value: int) -> bool:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(option, value, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _child_setup() -> None:
+    # Runs in the child between fork and exec: die with watch, however watch dies.
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+@dataclass
+class ProcessTree:
+    proc: subprocess.Popen
+    subreaper: bool
+
+    @classmethod
+    def start(
+        cls, command: Sequence[str], env: Mapping[str, str], *, stdout=None, stderr=None
+    ) -> ProcessTree:
+        if not command:
+            raise LaunchError("no command given", "put the launch command after --, e.g. watch -- torchrun ... train.py")
+        executable = shutil.which(command[0], path=env.get("PATH"))
+        if executable is None:
+            raise LaunchError(
+                f"command not found: {command[0]!r}",
+                "check the spelling, or activate the environment that provides it (PATH is searched)",
+            )
+        subreaper = _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+        try:
+            proc = subprocess.Popen(
+                [executable, *command[1:]], env=dict(env), stdout=stdout, stderr=stderr,
+                stdin=subprocess.DEVNULL, preexec_fn=_child_setup, start_new_session=True,
+            )
+        except OSError as exc:
+            raise LaunchError(f"cannot run {command[0]!r}: {exc.strerror}", "check that it is an executable program") from exc
+        return cls(proc=proc, subreaper=subreaper)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def wait(self, timeout_s: float) -> int | None:
+        """The command's exit status (negative: killed by that signal), or None if still running."""
+        self._reap_orphans()
+        try:
+            return self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def descendants(self) -> list[psutil.Process]:
+        """Every live process of the tree, the launcher included."""
+        try:
+            me = psutil.Process()
+            procs = me.children(recursive=True)
+        except psutil.Error:
+            return []
+        if not self.subreaper:  # without a subreaper, orphans escaped: only the launcher's subtree is ours
+            try:
+                root = psutil.Process(self.proc.pid)
+                procs = [root, *root.children(recursive=True)]
+            except psutil.Error:
+                return []
+        return [p for p in procs if _alive(p)]
+
+    def forward(self, signum: int) -> None:
+        """Send a signal to the launcher only (torchrun passes SIGINT/SIGTERM on to its workers)."""
+        try:
+            os.kill(self.proc.pid, signum)
+        except ProcessLookupError:
+            pass
+
+    def signal_all(self, signum: int) -> int:
+        procs = self.descendants()
+        for p in procs:
+            try:
+                p.send_signal(signum)
+            except psutil.Error:
+                pass
+        return len(procs)
+
+    def end(self, grace_s: float = 10.0) -> None:
+        """SIGTERM every process of the tree, then SIGKILL whatever is left after grace_s."""
+        if self.signal_all(signal.SIGTERM):
+            self._wait_tree_gone(grace_s)
+        if self.signal_all(signal.SIGKILL):
+            self._wait_tree_gone(5.0)
+        try:
+            self.proc.wait(timeout=5.0)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def _wait_tree_gone(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            self._reap_orphans()
+            if self.proc.poll() is not None and not self.descendants():
+                return
+            time.sleep(0.05)
+
+    def _reap_orphans(self) -> None:
+        """Collect exit statuses of orphans re-parented to us, so they do not linger as zombies."""
+        if not self.subreaper:
+            return
+        try:
+            children = psutil.Process().children()
+        except psutil.Error:
+            return
+        for child in children:
+            if child.pid == self.proc.pid:
+                continue
+            try:
+                if child.status() == psutil.STATUS_ZOMBIE:
+                    os.waitpid(child.pid, os.WNOHANG)
+            except (psutil.Error, ChildProcessError):
+                pass
+
+
+def _alive(p: psutil.Process) -> bool:
+    try:
+        return p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def describe_exit(status: int | None) -> str:
+    if status is None:
+        return "still running"
+    if status < 0:
+        try:
+            return f"killed by {signal.Signals(-status).name}"
+        except ValueError:
+            return f"killed by signal {-status}"
+    return f"exit status {status}"

@@ -1,0 +1,86 @@
+"""Pass the job's stdout and stderr through unchanged, save them, and hand each line to a scanner.
+
+One thread per stream reads raw chunks from the pipe: the bytes reach the terminal as the job
+wrote them (progress bars' carriage returns included) and are appended to the run directory.
+Lines are cut at `MAX_LINE_BYTES` for the scanner only, so gigabytes of output, or one
+enormous line, cost bounded memory.
+
+Typical use:
+    tee = OutputTee(proc.stdout, sys.stdout.buffer, run_dir / "stdout.log", on_line=scan, write=console.write)
+    tee.start(); ...; tee.join(timeout_s=5)
+"""
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import BinaryIO
+
+MAX_LINE_BYTES = 64 * 1024
+CHUNK_BYTES = 64 * 1024
+
+
+class OutputTee:
+    def __init__(
+        self,
+        source: BinaryIO,
+        log_path: Path,
+        *,
+        write: Callable[[bytes], None],
+        on_line: Callable[[str], None],
+    ) -> None:
+        self._fd = source.fileno()
+        self._source = source
+        self._log_path = log_path
+        self._write = write
+        self._on_line = on_line
+        self._partial = bytearray()
+        self.num_bytes = 0
+        self._thread = threading.Thread(target=self._run, name=f"grpo-doctor-tee-{log_path.stem}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def join(self, timeout_s: float) -> None:
+        self._thread.join(timeout=timeout_s)
+
+    def _run(self) -> None:
+        self._log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self._log_path.open("ab") as log:
+            while True:
+                try:
+                    chunk = os.read(self._fd, CHUNK_BYTES)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                self.num_bytes += len(chunk)
+                self._write(chunk)
+                try:
+                    log.write(chunk)
+                    log.flush()
+                except OSError:
+                    pass  # a full disk must not stop the job's output from reaching the terminal
+                self._split(chunk)
+        if self._partial:
+            self._emit(bytes(self._partial))
+        self._source.close()
+
+    def _split(self, chunk: bytes) -> None:
+        start = 0
+        while (end := chunk.find(b"\n", start)) >= 0:
+            self._partial += chunk[start:end]
+            self._emit(bytes(self._partial))
+            self._partial.clear()
+            start = end + 1
+        self._partial += chunk[start:]
+        if len(self._partial) > MAX_LINE_BYTES:
+            self._emit(bytes(self._partial[:MAX_LINE_BYTES]))
+            self._partial.clear()
+
+    def _emit(self, line: bytes) -> None:
+        try:
+            self._on_line(line[:MAX_LINE_BYTES].decode("utf-8", errors="replace").rstrip("\r"))
+        except Exception:  # a scanner bug must not stop the output
+            pass

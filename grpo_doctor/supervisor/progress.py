@@ -1,0 +1,163 @@
+"""Follow every rank's event log as it grows and decide when a rank has stalled.
+
+Progress is any new record from a rank (phase begin/end, step). The timeout is learned from
+the run itself, as nvidia-resiliency-ext does for its sections: for each phase, the longest
+interval between two consecutive records seen while that phase was the open one, times a
+safety factor, never below a floor. A phase never seen to finish yet gets `initial_s`. A rank
+waiting in a collective inside a normally short phase therefore stalls quickly, and the rank
+stuck in a long phase stalls after a multiple of that phase's longest duration.
+
+Staleness is measured on the supervisor's clock from the moment a record was *seen*, so hosts
+with skewed clocks do not matter; intervals are learned from the records' own monotonic time.
+
+Typical use:
+    tracker = ProgressTracker(paths, HangPolicy())
+    tracker.poll(now_mono)                     # read what the ranks appended
+    stalled = tracker.stalled(now_mono)        # {rank: seconds without progress}
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from grpo_doctor.schema import (
+    BadRecord, End, Error, Header, PhaseBegin, PhaseEnd, Record, RunPaths, Step, record_from_dict,
+)
+
+MAX_LINE_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class HangPolicy:
+    """When a rank counts as stalled. `fixed_s` (--hang-timeout) replaces the learned timeout."""
+
+    factor: float = 5.0  # x the longest interval seen in that phase
+    floor_s: float = 30.0  # never less: checkpoint writes and GC pauses are normal
+    initial_s: float = 300.0  # a phase not yet seen to finish (first step, model loading)
+    fixed_s: float | None = None
+
+    def timeout_s(self, longest_seen_s: float | None) -> float:
+        if self.fixed_s is not None:
+            return self.fixed_s
+        if longest_seen_s is None:
+            return self.initial_s
+        return max(self.floor_s, self.factor * longest_seen_s)
+
+
+@dataclass
+class RankProgress:
+    rank: int
+    host: str | None = None
+    pid: int | None = None
+    step: int | None = None
+    stack: list[str] = field(default_factory=list)  # open phase paths
+    seen_mono: float | None = None  # supervisor clock when the last record arrived
+    last_record_mono: float | None = None  # the rank's own clock of its last record
+    longest_s: dict[str, float] = field(default_factory=dict)  # open phase path ("" = none) -> longest interval
+    ended: str | None = None  # End reason, or "error" type
+    error: str | None = None
+    num_records: int = 0
+
+    @property
+    def open_path(self) -> str | None:
+        return self.stack[-1] if self.stack else None
+
+    def apply(self, record: Record, seen_mono: float) -> None:
+        key = self.open_path or ""
+        if self.last_record_mono is not None and not isinstance(record, Header):
+            interval = record.mono - self.last_record_mono
+            if interval > self.longest_s.get(key, 0.0):
+                self.longest_s[key] = interval
+        self.last_record_mono, self.seen_mono = record.mono, seen_mono
+        self.host, self.pid, self.num_records = record.host, record.pid, self.num_records + 1
+        if record.step is not None:
+            self.step = record.step
+        if isinstance(record, Header):
+            self.stack.clear()
+            self.ended = None
+        elif isinstance(record, PhaseBegin):
+            self.stack.append(record.path)
+        elif isinstance(record, PhaseEnd):
+            while self.stack and self.stack.pop() != record.path:
+                pass
+        elif isinstance(record, Step):
+            self.step = record.step + 1
+        elif isinstance(record, Error):
+            self.error = f"{record.exc_type} in {record.path or 'no phase'}"
+        elif isinstance(record, End):
+            self.ended = str(record.reason)
+            self.stack = [record.open_path] if record.open_path else []
+
+
+class _Tail:
+    """Reads complete new lines of one growing file; a partial last line waits for its newline."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+        self.partial = b""
+
+    def read_lines(self) -> list[bytes]:
+        try:
+            with self.path.open("rb") as f:
+                f.seek(self.offset)
+                data = f.read(64 * MAX_LINE_BYTES)
+        except OSError:
+            return []
+        self.offset += len(data)
+        data = self.partial + data
+        lines = data.split(b"\n")
+        self.partial = lines.pop()
+        if len(self.partial) > MAX_LINE_BYTES:
+            self.partial = b""  # garbage without newlines: drop, the reader counts such lines later
+        return lines
+
+
+class ProgressTracker:
+    def __init__(self, paths: RunPaths, policy: HangPolicy) -> None:
+        self.paths = paths
+        self.policy = policy
+        self.ranks: dict[int, RankProgress] = {}
+        self._tails: dict[Path, _Tail] = {}
+        self.num_bad_lines = 0
+
+    def poll(self, now_mono: float) -> list[Record]:
+        """Read new records of every rank file; returns them."""
+        new: list[Record] = []
+        if self.paths.ranks.is_dir():
+            for path in self.paths.ranks.glob("rank-*.jsonl"):
+                tail = self._tails.setdefault(path, _Tail(path))
+                for line in tail.read_lines():
+                    record = self._parse(line)
+                    if record is not None:
+                        self.ranks.setdefault(record.rank, RankProgress(record.rank)).apply(record, now_mono)
+                        new.append(record)
+        return new
+
+    def _parse(self, line: bytes) -> Record | None:
+        if not line.strip():
+            return None
+        try:
+            record = record_from_dict(json.loads(line))
+        except (ValueError, TypeError, BadRecord):
+            self.num_bad_lines += 1
+            return None
+        return record if isinstance(record, Record) else None
+
+    def timeout_s(self, progress: RankProgress) -> float:
+        return self.policy.timeout_s(progress.longest_s.get(progress.open_path or ""))
+
+    def stalled(self, now_mono: float) -> dict[int, float]:
+        """Ranks still running that made no progress for longer than their timeout: rank -> idle s."""
+        out = {}
+        for rank, p in self.ranks.items():
+            if p.ended is not None or p.seen_mono is None:
+                continue
+            idle_s = now_mono - p.seen_mono
+            if idle_s > self.timeout_s(p):
+                out[rank] = idle_s
+        return out
+
+    def running(self) -> list[int]:
+        return [r for r, p in self.ranks.items() if p.ended is None]
