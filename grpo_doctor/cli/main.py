@@ -10,13 +10,14 @@ import argparse
 import sys
 
 from grpo_doctor._version import __version__
-from grpo_doctor.cli import demo, summary
+from grpo_doctor.cli import demo, summary, watch
 from grpo_doctor.cli.errors import UserError
 
-SUBCOMMANDS = (demo, summary)
+SUBCOMMANDS = (watch, demo, summary)
 
 EPILOG = """\
 examples:
+  grpo-doctor watch -- torchrun --nproc-per-node 8 train.py    supervise a run; catch hangs in seconds
   grpo-doctor demo                              2-rank GRPO run on this CPU, leaves a run directory
   grpo-doctor demo --inject hang:rank=1,phase=rollout,step=2 --dist-timeout-s 20
   grpo-doctor summary grpo-doctor-runs/RUN      per-rank state of a run, live or finished

@@ -1,0 +1,80 @@
+"""`grpo-doctor watch [options] -- CMD...`: supervise a training run, catch hangs and crashes live.
+
+Typical use:
+    grpo-doctor watch -- torchrun --nproc-per-node 8 train.py --config grpo.yaml
+    grpo-doctor watch --hang-timeout 120 --on-hang kill -- accelerate launch train.py
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+from grpo_doctor.cli.errors import UserError
+from grpo_doctor.schema import DEFAULT_RUNS_ROOT, RUN_DIR_ENV
+from grpo_doctor.supervisor.launch import LaunchError
+from grpo_doctor.supervisor.progress import HangPolicy
+from grpo_doctor.supervisor.watch import HANG_EXIT, Watch, WatchOptions
+
+COMMAND_NOT_FOUND_EXIT = 127
+
+EPILOG = f"""\
+exit status: the command's own (128+N when a signal N ended it); {HANG_EXIT} when a hang was
+detected and watch ended the job (--on-hang kill); {COMMAND_NOT_FOUND_EXIT} when the command does not exist;
+2 for a usage error.
+
+A rank counts as stalled when it wrote no event for longer than FACTOR x the longest interval
+seen in the phase it is in (never less than FLOOR s; a phase not yet seen to finish gets INITIAL s).
+When every running rank has stalled, watch takes all stacks twice, SECOND_LOOK s apart, names the
+ranks the others wait for and writes supervisor/HOST/hang-N.json. Without grpo-doctor events (an
+uninstrumented script) a hang is output silence with idle rank CPUs for --uninstrumented-timeout s.
+"""
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("watch", help="run a training command and catch hangs and crashes as they happen",
+                       description="Run CMD (torchrun, accelerate launch, deepspeed, python ...) under supervision.",
+                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--run-dir", type=Path, default=None,
+                   help=f"run directory (default: ${RUN_DIR_ENV} or {DEFAULT_RUNS_ROOT}/watch-TIME)")
+    p.add_argument("--hang-timeout", type=float, default=None, metavar="SECONDS",
+                   help="fixed stall timeout for every phase instead of the learned one")
+    p.add_argument("--hang-factor", type=float, default=HangPolicy.factor, metavar="FACTOR")
+    p.add_argument("--hang-floor", type=float, default=HangPolicy.floor_s, metavar="FLOOR")
+    p.add_argument("--hang-initial", type=float, default=HangPolicy.initial_s, metavar="INITIAL")
+    p.add_argument("--uninstrumented-timeout", type=float, default=600.0, metavar="SECONDS")
+    p.add_argument("--on-hang", choices=("report", "kill"), default="report",
+                   help="after reporting a hang: keep waiting (report) or end the job (kill)")
+    p.add_argument("--second-look", type=float, default=5.0, metavar="SECOND_LOOK",
+                   help="seconds between the two stack captures (default 5)")
+    p.add_argument("--native", action="store_true", help="include C/C++ frames in the stacks (slower)")
+    p.add_argument("--sample-interval", type=float, default=1.0, help="GPU and process sampling period, s")
+    p.add_argument("command", nargs="+", metavar="-- CMD", help="the launch command, after --")
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    for name in ("hang_timeout", "hang_factor", "hang_floor", "hang_initial", "uninstrumented_timeout",
+                 "second_look", "sample_interval"):
+        value = getattr(args, name)
+        if value is not None and value <= 0 and not (name == "second_look" and value == 0):
+            raise UserError(f"--{name.replace('_', '-')} {value} must be positive")
+    run_dir = args.run_dir or Path(os.environ.get(RUN_DIR_ENV) or Path(DEFAULT_RUNS_ROOT) / time.strftime("watch-%Y%m%d-%H%M%S"))
+    opts = WatchOptions(
+        command=list(args.command),
+        run_dir=run_dir,
+        policy=HangPolicy(factor=args.hang_factor, floor_s=args.hang_floor, initial_s=args.hang_initial,
+                          fixed_s=args.hang_timeout),
+        uninstrumented_timeout_s=args.hang_timeout or args.uninstrumented_timeout,
+        on_hang=args.on_hang,
+        second_look_s=args.second_look,
+        native=args.native,
+        sample_interval_s=args.sample_interval,
+    )
+    try:
+        return Watch(opts).run()
+    except LaunchError as exc:
+        print(f"grpo-doctor: error: {exc}\n  hint: {exc.hint}", file=sys.stderr)
+        return COMMAND_NOT_FOUND_EXIT

@@ -1,0 +1,71 @@
+"""The kinds of failure signature found in logs (stable strings) and the fields of each kind.
+
+Every signature of a kind carries every field listed for it; a field the message did not state
+is None (so `fields["allowed_bytes"] is None` means "no memory fraction was set"). Sizes are
+bytes, durations carry their unit in the name. `FIELDS` is the contract the analyser reads.
+
+Typical use:
+    from grpo_doctor.logs.kinds import CUDA_OOM, FIELDS
+    assert "requested_bytes" in FIELDS[CUDA_OOM]
+"""
+from __future__ import annotations
+
+from typing import Any
+
+CUDA_OOM = "cuda-oom"
+NCCL_TIMEOUT = "nccl-timeout"
+NCCL_WATCHDOG_STATUS = "nccl-watchdog-status"
+NCCL_WATCHDOG_STUCK = "nccl-watchdog-stuck"
+NCCL_ERROR = "nccl-error"
+NCCL_WARN = "nccl-warn"
+RENDEZVOUS_FAILURE = "rendezvous-failure"
+CHILD_FAILED = "child-failed"
+HOST_OOM = "host-oom"
+PYTHON_TRACEBACK = "python-traceback"
+VLLM_MEMORY = "vllm-memory"
+
+# `rank` in the NCCL kinds is the rank inside process group `pg` as the message prints it; the
+# Signature's own rank is the global rank from the line's prefix when it has one.
+FIELDS: dict[str, tuple[str, ...]] = {
+    # wording: "new" (torch >= 2.1), "old" (<= 2.0) or "cuda-error" ("CUDA error: out of memory",
+    # a cudaMalloc outside the caching allocator: no numbers). processes: [{"pid": int | "this",
+    # "used_bytes": int}] in the order printed; `0 bytes` means NVML could not attribute, not idle.
+    CUDA_OOM: ("wording", "gpu", "requested_bytes", "total_bytes", "free_bytes", "processes", "allowed_bytes",
+               "allocated_bytes", "private_pool_bytes", "reserved_unallocated_bytes", "reserved_bytes"),
+    NCCL_TIMEOUT: ("seq", "op", "numel_in", "numel_out", "timeout_ms", "ran_for_ms", "rank", "pg", "pg_desc"),
+    NCCL_WATCHDOG_STATUS: ("seq", "last_enqueued", "last_started", "last_completed", "rank", "pg", "pg_desc"),
+    NCCL_WATCHDOG_STUCK: ("stuck_s", "rank", "pg", "pg_desc"),
+    # detail: "unhandled system error", "remote process exited or there was a network error", ...
+    # error_code: the ncclXxxError line; address/bad_interface as in nccl-warn, from last_error.
+    NCCL_ERROR: ("detail", "file", "line", "nccl_version", "error_code", "last_error", "address", "port",
+                 "bad_interface"),
+    # host/pid/device: NCCL's own "host:pid:tid [dev]" header. bad_interface: the address is a
+    # loopback, link-local or unspecified one, i.e. NCCL picked the wrong network interface.
+    NCCL_WARN: ("message", "host", "pid", "device", "address", "port", "bad_interface", "cuda_error"),
+    # error_type: "address-in-use", "server-listen-failed", "DistStoreError", "DistNetworkError",
+    # "RendezvousConnectionError", "RendezvousTimeoutError", "client-connect-failed",
+    # "client-connect-timeout" (the first that applies, most telling first).
+    RENDEZVOUS_FAILURE: ("error_type", "host", "port", "errno", "reason", "timeout_s", "joined", "expected"),
+    # origin: "summary" (the ChildFailedError block) or "agent" (the launcher's own "failed
+    # (exitcode: ...)" line); both report the same failure, same pid. root_cause: None for agent lines.
+    CHILD_FAILED: ("origin", "rank", "local_rank", "host", "exitcode", "pid", "signal", "root_cause", "time",
+                   "error_file", "traceback", "script", "binary"),
+    # source: "kernel" (OOM killer; cgroup says whether a memory cgroup's limit was hit) or "ray"
+    # (Ray's memory monitor: used/total of the node, threshold as a fraction).
+    HOST_OOM: ("source", "pid", "process", "anon_rss_bytes", "total_vm_bytes", "file_rss_bytes",
+               "shmem_rss_bytes", "cgroup", "used_bytes", "total_bytes", "threshold", "node_ip", "task"),
+    # frames: "file:line in func", outermost first, the last 20; partial: the paste starts after
+    # the "Traceback" line; exc_type None: the traceback was cut off before its exception line.
+    PYTHON_TRACEBACK: ("exc_type", "message", "frames", "num_frames", "rank", "partial"),
+    # One signature per informative line; no_cache_memory: the engine has no room for a KV cache
+    # (none left, negative, zero GPU blocks, or smaller than one max-length request).
+    VLLM_MEMORY: ("kv_cache_bytes", "weights_bytes", "activation_peak_bytes", "non_torch_bytes", "peak_torch_bytes",
+                  "total_gpu_bytes", "gpu_memory_utilization", "num_gpu_blocks", "num_cpu_blocks",
+                  "kv_cache_tokens", "max_model_len", "max_concurrency", "no_cache_memory"),
+}
+ALL_KINDS: tuple[str, ...] = tuple(FIELDS)
+
+
+def complete_fields(kind: str, found: dict[str, Any]) -> dict[str, Any]:
+    """`found` with every field of `kind`, in `FIELDS` order, None where the message had none."""
+    return {name: found.get(name) for name in FIELDS[kind]}

@@ -1,0 +1,146 @@
+"""NCCL messages: ProcessGroupNCCL's watchdog (timeouts, status, heartbeat), NCCL errors and WARN lines.
+
+Each process-group tag variant is read: `[Rank 3] `, `[PG 2 Rank 3] `, `[PG 0 (default_pg) Rank 1] `,
+`[PG ID 0 PG GUID 0(default_pg) Rank 1] `; the rank in it is the rank inside that group. The
+watchdog's WorkNCCL(...) is read key by key, so older releases without NumelIn/NumelOut and newer
+ones with more keys both parse. Status lines come in three wordings ("failure detected by
+watchdog at work sequence id: 5 PG status: last enqueued work: 5, last completed work: 4",
+"Exception (either an error or timeout) detected by watchdog at work: 5, last enqueued NCCL
+work: ...", "Timeout at NCCL work: 5, ...").
+
+Typical use:
+    parse_watchdog_timeout("[Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, "
+                           "OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600081 "
+                           "milliseconds before timing out.")["ran_for_ms"]  # 600081
+    parse_nccl_warn("node-3:40417:40502 [7] NCCL WARN socketStartConnect: Connect to 127.0.1.1<43561> failed")
+"""
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import Any
+
+from grpo_doctor.logs.units import int_or_none
+
+TIMEOUT_START = "Watchdog caught collective operation timeout"
+TIMEOUT_END = "before timing out"
+TIMEOUT_VOCABULARY = ("WorkNCCL", "SeqNum", "OpType", "Numel", "Timeout", "ran for", "milliseconds", "timing out")
+ERROR_START = "NCCL error"
+ERROR_VOCABULARY = ("nccl", "Last error", "NCCL")
+
+_PG_TAG = re.compile(
+    r"\[(?:PG ID (?P<id>\d+) PG GUID [^\s\]]*?(?:\((?P<gdesc>[^)]*)\))?|PG (?P<pg>\d+)(?: \((?P<desc>[^)]*)\))?) "
+    r"Rank (?P<rank>\d+)\]|\[Rank (?P<r>\d+)\]"
+)
+_WORK = re.compile(r"WorkNCCL\((?P<body>(?:[^()]|\(ms\))*)\)(?:\s+ran for (?P<ran>\d+) milliseconds)?")
+_STATUS_SEQ = re.compile(r"(?:work sequence id:|detected by watchdog at work:|Timeout at NCCL work:)\s*(-?\d+)")
+_ENQUEUED = re.compile(r"last enqueued (?:NCCL )?work:\s*(-?\d+)")
+_STARTED = re.compile(r"last started (?:NCCL )?work:\s*(-?\d+)")
+_COMPLETED = re.compile(r"last completed (?:NCCL )?work:\s*(-?\d+)")
+_STUCK = re.compile(r"watchdog got stuck for (\d+) seconds")
+_ERROR = re.compile(
+    r"NCCL error(?: in: (?P<file>[^\s,]+?):(?P<line>\d+))?[,:] (?P<detail>.+?)"
+    r"(?: \(run with NCCL_DEBUG=INFO for details\))?(?:, NCCL [vV]ersion (?P<version>[\w.+-]+)|[.;]|\s*$| ncclR| nccl\w+Error)"
+)
+_ERROR_CODE = re.compile(r"\b(nccl[A-Z]\w*Error)\b")
+_LAST_ERROR = re.compile(r"Last error:\s*(.*?)\s*$")
+_NCCL_HEADER = re.compile(r"([\w.-]+):(\d+):\d+ \[(\d+)\]")
+_WARN = re.compile(r"NCCL WARN\s+(.*?)\s*$")
+_ADDRESS = re.compile(r"(?:Connect to|remote peer|connect to)\s+\[?([0-9A-Za-z.:%_-]+?)\]?<(\d+)>")
+_CUDA_FAILURE = re.compile(r"Cuda failure(?: \d+)? '([^']*)'")
+
+
+def starts_error(text: str) -> bool:
+    return ERROR_START in text and _ERROR.search(text) is not None
+
+
+def error_complete(text: str) -> bool:
+    """True once the `Last error:` detail has arrived (NCCL prints it on the line after the label)."""
+    m = _LAST_ERROR.search(text)
+    return m is not None and bool(m.group(1))
+
+
+def parse_pg_tag(text: str) -> dict[str, Any]:
+    """`rank` / `pg` / `pg_desc` of the first process-group tag in `text` (None where absent)."""
+    m = _PG_TAG.search(text)
+    if m is None:
+        return {"rank": None, "pg": None, "pg_desc": None}
+    rank = m.group("rank") or m.group("r")
+    pg = m.group("id") or m.group("pg")
+    return {"rank": int(rank), "pg": int(pg) if pg else None, "pg_desc": m.group("gdesc") or m.group("desc")}
+
+
+def parse_watchdog_timeout(text: str) -> dict[str, Any] | None:
+    if TIMEOUT_START not in text:
+        return None
+    m = _WORK.search(text)
+    if m is None:
+        return None
+    pairs = dict(item.split("=", 1) for item in m.group("body").split(", ") if "=" in item)
+    return {"seq": int_or_none(pairs.get("SeqNum")), "op": pairs.get("OpType"),
+            "numel_in": int_or_none(pairs.get("NumelIn")), "numel_out": int_or_none(pairs.get("NumelOut")),
+            "timeout_ms": int_or_none(pairs.get("Timeout(ms)")), "ran_for_ms": int_or_none(m.group("ran")),
+            **parse_pg_tag(text)}
+
+
+def parse_watchdog_status(text: str) -> dict[str, Any] | None:
+    if "last enqueued" not in text:
+        return None
+    seq, enqueued = _STATUS_SEQ.search(text), _ENQUEUED.search(text)
+    if seq is None or enqueued is None:
+        return None
+    started, completed = _STARTED.search(text), _COMPLETED.search(text)
+    return {"seq": int(seq.group(1)), "last_enqueued": int(enqueued.group(1)),
+            "last_started": int(started.group(1)) if started else None,
+            "last_completed": int(completed.group(1)) if completed else None, **parse_pg_tag(text)}
+
+
+def parse_watchdog_stuck(text: str) -> dict[str, Any] | None:
+    m = _STUCK.search(text) if "got stuck" in text else None
+    return {"stuck_s": int(m.group(1)), **parse_pg_tag(text)} if m else None
+
+
+def parse_nccl_error(text: str) -> dict[str, Any] | None:
+    """`NCCL error in: FILE:LINE, DETAIL (run with ...), NCCL version V` or `NCCL error: DETAIL`,
+    with the `ncclXxxError` line and the `Last error:` detail where they follow (joined by the scanner)."""
+    m = _ERROR.search(text) if ERROR_START in text else None
+    if m is None:
+        return None
+    code = _ERROR_CODE.search(text, m.end("detail"))
+    last = _LAST_ERROR.search(text)
+    last_error = last.group(1) or None if last else None
+    found = {"detail": m.group("detail").strip(), "file": m.group("file"), "line": int_or_none(m.group("line")),
+             "nccl_version": m.group("version"), "error_code": code.group(1) if code else None,
+             "last_error": last_error}
+    found.update(_address(last_error or ""))
+    return found
+
+
+def parse_nccl_warn(text: str) -> dict[str, Any] | None:
+    """An `NCCL WARN` line, with NCCL's `host:pid:tid [device]` header and a failed peer's address."""
+    m = _WARN.search(text) if "NCCL WARN" in text else None
+    if m is None:
+        return None
+    message = m.group(1)
+    header = _NCCL_HEADER.search(text, 0, m.start())
+    cuda = _CUDA_FAILURE.search(message)
+    return {"message": message, "host": header.group(1) if header else None,
+            "pid": int(header.group(2)) if header else None, "device": int(header.group(3)) if header else None,
+            "cuda_error": cuda.group(1) if cuda else None, **_address(message)}
+
+
+def _address(text: str) -> dict[str, Any]:
+    m = _ADDRESS.search(text)
+    if m is None:
+        return {"address": None, "port": None, "bad_interface": None}
+    return {"address": m.group(1), "port": int(m.group(2)), "bad_interface": is_bad_interface(m.group(1))}
+
+
+def is_bad_interface(address: str) -> bool:
+    """True for loopback (127.x, ::1), link-local (169.254.x, fe80::) and unspecified addresses:
+    peers on other hosts cannot reach them, so NCCL or c10d bound the wrong interface."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:  # a host name: nothing to say from the text alone
+        return False
+    return ip.is_loopback or ip.is_link_local or ip.is_unspecified

@@ -1,0 +1,301 @@
+"""Failure signatures found in raw logs, line by line: live on a job's output or on whole files later.
+
+`LineScanner.feed(line)` returns the signatures a line completes (see `kinds.FIELDS` for every
+kind's fields). It is built for `grpo-doctor watch`, which feeds every line of a job's output:
+a line that holds none of a few keywords costs a handful of substring tests and nothing else,
+unless an open construct of some stream may continue in it. Constructs over several lines are
+kept per stream (the line's prefixes, see `prefixes.split_prefix`), since ranks interleave: a
+Python traceback (bounded memory), torchrun's ChildFailedError block, and messages a collector
+wrapped or split (joined back with spaces, see `joiner`). A line a collector collapsed (literal
+`\\n` escapes, or torchrun's block on one line) is cut back into its lines. `close()` finishes
+what is still open (a traceback cut off by a kill) and keeps the scanner usable.
+
+NCCL watchdog reports repeat: the timeout is printed, then again inside "Process group watchdog
+thread terminated with exception: ..."; status lines come in two wordings at once. Those repeats
+(same rank, same sequence number) give one signature. Other repeats (one per rank) are kept.
+
+Typical use:
+    scanner = LineScanner()
+    for line in proc.stdout:
+        for sig in scanner.feed(line):
+            print(sig.kind, sig.rank, sig.fields)
+    leftovers = scanner.close()
+    scan_file("job.log")  # the same over a whole file, in bounded memory
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grpo_doctor.logs import nccl, oom, rendezvous, torchrun, vllm
+from grpo_doctor.logs.joiner import Joined, Joiner, JoinSpec
+from grpo_doctor.logs.kinds import (
+    ALL_KINDS,
+    CHILD_FAILED,
+    CUDA_OOM,
+    HOST_OOM,
+    NCCL_ERROR,
+    NCCL_TIMEOUT,
+    NCCL_WARN,
+    NCCL_WATCHDOG_STATUS,
+    NCCL_WATCHDOG_STUCK,
+    PYTHON_TRACEBACK,
+    RENDEZVOUS_FAILURE,
+    VLLM_MEMORY,
+    complete_fields,
+)
+from grpo_doctor.logs.lines import iter_lines
+from grpo_doctor.logs.prefixes import split_prefix
+from grpo_doctor.logs.pytraceback import CONSUMED, FINISHED, FRAME, HEADER, TracebackState, parse_collapsed
+
+__all__ = ["ALL_KINDS", "LineScanner", "Signature", "scan_file", "scan_text"]
+
+_MAX_TEXT_CHARS = 4000
+_JOIN_STALE_LINES = 64  # a wrapped message whose stream went quiet this long is finished as is
+_STALE_LINES = 5000  # a traceback / block whose stream went quiet this long is given up
+_MAX_SEEN = 100_000
+
+# Every line that can start, state or (for a paste starting mid-way) continue a signature holds
+# one of these; the rest of the log is skipped after these tests alone.
+_KEYWORDS = tuple(dict.fromkeys((
+    "emory", "NCCL", "atchdog", "Traceback", 'File "', "Killed process",
+    *rendezvous.KEYWORDS, *torchrun.KEYWORDS, *vllm.KEYWORDS)))
+_NCCL_PARSERS = ((NCCL_TIMEOUT, nccl.parse_watchdog_timeout), (NCCL_WATCHDOG_STATUS, nccl.parse_watchdog_status),
+                 (NCCL_WATCHDOG_STUCK, nccl.parse_watchdog_stuck), (NCCL_ERROR, nccl.parse_nccl_error),
+                 (NCCL_WARN, nccl.parse_nccl_warn))
+_VLLM_VOCABULARY = ("iB", "GB", "emory", "KV", "ache", "utilization", "tokens", "=")
+_JOIN_SPECS = (
+    JoinSpec(CUDA_OOM, lambda t: any(s in t for s in oom.OOM_STARTS), lambda t: any(e in t for e in oom.OOM_ENDS),
+             oom.OOM_VOCABULARY, 12, (HEADER,)),
+    JoinSpec(NCCL_TIMEOUT, lambda t: nccl.TIMEOUT_START in t, lambda t: nccl.TIMEOUT_END in t,
+             nccl.TIMEOUT_VOCABULARY, 4, (HEADER,)),
+    JoinSpec(NCCL_ERROR, nccl.starts_error, nccl.error_complete, nccl.ERROR_VOCABULARY, 5, (HEADER,)),
+    JoinSpec(HOST_OOM, lambda t: oom.RAY_OOM_START in t, lambda t: oom.RAY_OOM_END in t,
+             ("exceeds", "threshold", "GB", "running", "IP"), 3, (HEADER,)),
+    *(JoinSpec(VLLM_MEMORY, lambda t, s=start: s in t, lambda t, e=ends: any(x in t for x in e),
+               _VLLM_VOCABULARY, 3, (HEADER,)) for start, ends in vllm.JOINS),
+)
+
+
+def _is_hot(text: str) -> bool:
+    for word in _KEYWORDS:
+        if word in text:
+            return True
+    return False
+
+
+@dataclass(frozen=True)
+class Signature:
+    """One failure signature: `line_number` (1-based) of its first line, `rank` (global rank
+    when the log says it, else None), `text` (the message without prefixes, joined when it
+    spanned lines, at most 4000 characters) and the kind's `fields`."""
+
+    kind: str
+    rank: int | None
+    line_number: int
+    text: str
+    fields: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "rank": self.rank, "line_number": self.line_number, "text": self.text,
+                "fields": copy.deepcopy(self.fields)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Signature:
+        return cls(kind=data["kind"], rank=data.get("rank"), line_number=int(data["line_number"]),
+                   text=data.get("text", ""), fields=copy.deepcopy(data.get("fields") or {}))
+
+
+class LineScanner:
+    """Finds signatures in a stream of log lines; see the module docstring."""
+
+    def __init__(self) -> None:
+        self._index = 0
+        self._joiner = Joiner(_JOIN_SPECS)
+        self._tracebacks: dict[str, tuple[TracebackState, int | None, int]] = {}
+        self._blocks: dict[str, torchrun.ChildFailedBlock] = {}
+        self._seen: set[tuple[Any, ...]] = set()
+
+    def feed(self, line: str) -> list[Signature]:
+        """The signatures `line` completes (the next line of the log; a trailing newline is fine)."""
+        self._index += 1
+        hot = _is_hot(line)
+        if not hot and not (self._joiner or self._tracebacks or self._blocks):
+            return []
+        out: list[Signature] = []
+        prefix = split_prefix(line)
+        source, rank, message = prefix.source, prefix.rank, prefix.message
+        if hot and "\\n" in message:  # a collector escaped the newlines of a multi-line message
+            for piece in message.replace('\\"', '"').split("\\n"):
+                inner = split_prefix(piece)  # pieces may repeat the line's own prefix, or add to it
+                piece_source = source if source.endswith(inner.source) else source + inner.source
+                self._route(piece_source, rank if inner.rank is None else inner.rank, inner.message, out)
+        elif hot and torchrun.is_collapsed(message):
+            self._blocks.setdefault(source, torchrun.ChildFailedBlock())
+            for piece in torchrun.split_collapsed(message):
+                self._route(source, rank, piece, out)
+        else:
+            self._route(source, rank, message, out)
+        if self._index % 256 == 0:
+            self._expire(out)
+        return out
+
+    def close(self) -> list[Signature]:
+        """Finish everything still open (end of the log); the scanner can go on being fed."""
+        out: list[Signature] = []
+        for joined in self._joiner.flush():
+            self._scan_joined(joined, out)
+        for source in list(self._blocks):
+            self._emit_entries(self._blocks.pop(source).finish(), out)
+        for source in list(self._tracebacks):
+            self._end_traceback(source, out)
+        return sorted(out, key=lambda s: s.line_number)
+
+    def _route(self, source: str, rank: int | None, text: str, out: list[Signature]) -> None:
+        index = self._index
+        if self._joiner:
+            taken, joined = False, None
+            if self._joiner.holds(source):
+                taken, joined = self._joiner.offer(source, text, index)
+            elif not source:  # a collector's wrap of a held line carries no prefix
+                taken, joined = self._joiner.offer_adjacent(text, index)
+            if joined is not None:
+                self._scan_joined(joined, out)
+            if taken:
+                return
+        block = self._blocks.get(source)
+        if block is not None:
+            taken, entries = block.offer(text, index)
+            self._emit_entries(entries, out)
+            if block.closed:
+                del self._blocks[source]
+            if taken:
+                return
+        held = self._tracebacks.get(source)
+        if held is not None:
+            tb = held[0]
+            status = tb.offer(text)
+            tb.last_line_index = index
+            if status == CONSUMED:
+                return
+            if status == FINISHED or tb.given_up:
+                self._end_traceback(source, out)
+        if _is_hot(text):
+            self._detect(source, rank, text, out)
+
+    def _detect(self, source: str, rank: int | None, text: str, out: list[Signature]) -> None:
+        index = self._index
+        if HEADER in text:
+            collapsed = parse_collapsed(text)
+            if collapsed is not None:
+                self._emit(PYTHON_TRACEBACK, rank, index, collapsed.exception_line or text, collapsed.fields(rank), out)
+                return
+            self._end_traceback(source, out)  # a new traceback ends one left unfinished
+            self._tracebacks[source] = (TracebackState(partial=False, last_line_index=index), rank, index)
+            return
+        if 'File "' in text and source not in self._tracebacks and FRAME.match(text):
+            tb = TracebackState(partial=True, last_line_index=index)  # a paste that starts mid-traceback
+            tb.offer(text)
+            self._tracebacks[source] = (tb, rank, index)
+            return
+        if source not in self._blocks and torchrun.opens_block(text):
+            block = self._blocks[source] = torchrun.ChildFailedBlock()
+            taken, entries = block.offer(text, index)
+            self._emit_entries(entries, out)
+            if taken:
+                return
+        if not self._joiner.start(source, rank, text, index):
+            self._detect_line(rank, text, index, out)
+
+    def _detect_line(self, rank: int | None, text: str, index: int, out: list[Signature]) -> None:
+        if oom.is_cuda_oom(text):
+            self._emit(CUDA_OOM, rank, index, text, oom.parse_cuda_oom(text), out)
+        if "NCCL" in text or "atchdog" in text:
+            for kind, parse in _NCCL_PARSERS:
+                self._emit(kind, rank, index, text, parse(text), out)
+        if any(word in text for word in rendezvous.KEYWORDS):
+            self._emit(RENDEZVOUS_FAILURE, rank, index, text, rendezvous.parse_rendezvous(text), out)
+        if "exitcode" in text:
+            self._emit(CHILD_FAILED, rank, index, text, torchrun.parse_agent_line(text), out)
+        if "Killed process" in text:
+            self._emit(HOST_OOM, rank, index, text, oom.parse_kernel_oom(text), out)
+        if oom.RAY_OOM_START in text:
+            self._emit(HOST_OOM, rank, index, text, oom.parse_ray_oom(text), out)
+        if any(word in text for word in vllm.KEYWORDS):
+            self._emit(VLLM_MEMORY, rank, index, text, vllm.parse_vllm_memory(text), out)
+
+    def _scan_joined(self, joined: Joined, out: list[Signature]) -> None:
+        self._detect_line(joined.rank, joined.text, joined.line_index, out)
+
+    def _emit(self, kind: str, rank: int | None, index: int, text: str, found: dict[str, Any] | None,
+              out: list[Signature]) -> None:
+        if found is None:
+            return
+        fields = complete_fields(kind, found)
+        if kind == CHILD_FAILED and fields["rank"] is not None:
+            rank = fields["rank"]  # the failed worker's rank, not the launcher's prefix
+        elif rank is None:
+            rank = fields.get("rank")
+        key = _repeat_key(kind, rank, fields)
+        if key is not None:
+            if key in self._seen:
+                return
+            if len(self._seen) >= _MAX_SEEN:
+                self._seen.clear()
+            self._seen.add(key)
+        out.append(Signature(kind, rank, index, text.strip()[:_MAX_TEXT_CHARS], fields))
+
+    def _emit_entries(self, entries: list[tuple[dict[str, Any], int, str]], out: list[Signature]) -> None:
+        for found, index, text in entries:
+            self._emit(CHILD_FAILED, None, index, text, found, out)
+
+    def _end_traceback(self, source: str, out: list[Signature]) -> None:
+        held = self._tracebacks.pop(source, None)
+        if held is None:
+            return
+        tb, rank, index = held
+        # Kept when it reached its exception line, or when it was cut off after a real start.
+        if tb.exc_type is not None or (tb.num_frames and not tb.partial):
+            self._emit(PYTHON_TRACEBACK, rank, index, tb.exception_line or HEADER, tb.fields(rank), out)
+
+    def _expire(self, out: list[Signature]) -> None:
+        for joined in self._joiner.expire(self._index, _JOIN_STALE_LINES):
+            self._scan_joined(joined, out)
+        cutoff = self._index - _STALE_LINES
+        for source in [s for s, held in self._tracebacks.items() if held[0].last_line_index < cutoff]:
+            self._end_traceback(source, out)
+        for source in [s for s, block in self._blocks.items() if block.last_line_index < cutoff]:
+            self._emit_entries(self._blocks.pop(source).finish(), out)
+
+
+def _repeat_key(kind: str, rank: int | None, fields: dict[str, Any]) -> tuple[Any, ...] | None:
+    if kind == NCCL_TIMEOUT:
+        return kind, rank, fields["rank"], fields["seq"], fields["op"], fields["timeout_ms"]
+    if kind == NCCL_WATCHDOG_STATUS:
+        return kind, rank, fields["rank"], fields["seq"], fields["last_enqueued"]
+    return None
+
+
+def scan_text(text: str) -> list[Signature]:
+    """Every signature in `text`, in order of first line (lines split on "\\n" only, as in files)."""
+    scanner = LineScanner()
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    out = [sig for line in lines for sig in scanner.feed(line)]
+    return sorted(out + scanner.close(), key=_line_number)
+
+
+def scan_file(path: str | Path, max_bytes: int | None = None) -> list[Signature]:
+    """Every signature in the file at `path`, read line by line in bounded memory (see
+    `lines.iter_lines`: long lines cut at 64 KiB, bad bytes replaced, content never raises).
+    With `max_bytes`, only the file's first `max_bytes` bytes are read; line numbers stay true."""
+    scanner = LineScanner()
+    out = [sig for line in iter_lines(path, max_bytes) for sig in scanner.feed(line)]
+    return sorted(out + scanner.close(), key=_line_number)
+
+
+def _line_number(sig: Signature) -> int:
+    return sig.line_number

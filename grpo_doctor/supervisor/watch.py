@@ -1,0 +1,283 @@
+"""The supervisor loop behind `grpo-doctor watch -- CMD...`.
+
+Starts the command, tees and scans its output, follows the ranks' event logs, samples GPUs
+and rank processes, and when every running rank has stalled, takes all stacks and says which
+rank the others wait for. At the end — normal exit, crash, hang, Ctrl-C — it writes the run's
+summary and prints the last word on every rank.
+
+Typical use:
+    status = Watch(WatchOptions(command=["torchrun", ...], run_dir=Path("runs/x"))).run()
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from grpo_doctor._version import __version__
+from grpo_doctor.logs.signatures import LineScanner, Signature
+from grpo_doctor.schema import RunPaths
+from grpo_doctor.supervisor.childenv import child_environment
+from grpo_doctor.supervisor.console import Console
+from grpo_doctor.supervisor.discovery import discover_ranks, is_alive
+from grpo_doctor.supervisor.hang import HangReport, investigate
+from grpo_doctor.supervisor.launch import ProcessTree, describe_exit
+from grpo_doctor.supervisor.output import OutputTee
+from grpo_doctor.supervisor.progress import HangPolicy, ProgressTracker
+from grpo_doctor.supervisor.sampler import Sampler
+
+HANG_EXIT = 124  # the job hung and watch ended it (--on-hang kill), as timeout(1) reports
+LOOP_S = 0.25
+DISCOVER_EVERY_S = 1.0
+NOTED_KINDS = ("cuda-oom", "nccl-timeout", "nccl-error", "rendezvous-failure", "child-failed", "host-oom", "python-traceback")
+
+
+@dataclass(frozen=True)
+class WatchOptions:
+    command: list[str]
+    run_dir: Path
+    policy: HangPolicy = field(default_factory=HangPolicy)
+    uninstrumented_timeout_s: float = 600.0  # no event log: output silence and idle CPUs this long
+    on_hang: str = "report"  # report | kill
+    second_look_s: float = 5.0
+    native: bool = False
+    sample_interval_s: float = 1.0
+    grace_s: float = 15.0  # between SIGTERM and SIGKILL when ending the tree
+
+
+class Watch:
+    def __init__(self, opts: WatchOptions, console: Console | None = None) -> None:
+        self.opts = opts
+        self.paths = RunPaths(opts.run_dir)
+        self.host = socket.gethostname()
+        self.sup_dir = self.paths.supervisor / self.host
+        self.console = console or Console(sys.stderr.isatty())
+        self.tracker = ProgressTracker(self.paths, opts.policy)
+        self.scanner = LineScanner()
+        self._scan_lock = threading.Lock()
+        self.signatures: list[Signature] = []
+        self._noted: set[tuple[str, int | None]] = set()
+        self.rank_pids: dict[int, int] = {}
+        self.gone: dict[int, str] = {}
+        self.hangs: list[HangReport] = []
+        self._interrupts = 0
+        self._last_output_mono = time.monotonic()
+        self._reported_stall: tuple | None = None
+        self._ending = False  # after watch itself signals the job, its tracebacks are our doing
+
+    # -- main loop ------------------------------------------------------------------------
+
+    def run(self) -> int:
+        self.sup_dir.mkdir(parents=True, exist_ok=True)
+        env, added = child_environment(os.environ, self.opts.run_dir)
+        self._write_run_json(added)
+        self.tree = ProcessTree.start(self.opts.command, env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.console.note(f"watching pid {self.tree.pid}; run directory {self.paths.root}")
+        tees = [
+            OutputTee(self.tree.proc.stdout, self.sup_dir / "stdout.log",
+                      write=lambda b: self._child_output("stdout", b), on_line=self._scan),
+            OutputTee(self.tree.proc.stderr, self.sup_dir / "stderr.log",
+                      write=lambda b: self._child_output("stderr", b), on_line=self._scan),
+        ]
+        for tee in tees:
+            tee.start()
+        self.sampler = Sampler(self.sup_dir / "samples.jsonl", interval_s=self.opts.sample_interval_s,
+                               notify=self.console.note)
+        self.sampler.start()
+        previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+        hang_ended = False
+        try:
+            status = None
+            next_discovery = 0.0
+            while status is None:
+                status = self.tree.wait(LOOP_S)
+                now = time.monotonic()
+                self.tracker.poll(now)
+                if now >= next_discovery:
+                    self._discover()
+                    next_discovery = now + DISCOVER_EVERY_S
+                self._update_panel(now)
+                if status is None and self._hung(now):
+                    report = self._investigate()
+                    if self.opts.on_hang == "kill":
+                        self.console.note("ending the job (--on-hang kill)")
+                        self._ending = True
+                        self.tree.end(self.opts.grace_s)
+                        hang_ended = True
+                        status = self.tree.wait(1.0)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            self.tree.end(self.opts.grace_s)  # nothing of the tree outlives watch
+            for tee in tees:
+                tee.join(timeout_s=5.0)
+            self.sampler.stop(timeout_s=2.0)
+            with self._scan_lock:
+                self._record_signatures(self.scanner.close())
+            self.tracker.poll(time.monotonic())
+            self.console.close()
+        exit_status = HANG_EXIT if hang_ended else _shell_status(status)
+        self._finish(status, exit_status, hang_ended)
+        return exit_status
+
+    # -- pieces -----------------------------------------------------------------------------
+
+    def _child_output(self, stream: str, data: bytes) -> None:
+        self._last_output_mono = time.monotonic()
+        self.console.write_child(stream, data)
+
+    def _scan(self, line: str) -> None:
+        with self._scan_lock:
+            self._record_signatures(self.scanner.feed(line))
+
+    def _record_signatures(self, found: list[Signature]) -> None:
+        if not found:
+            return
+        self.signatures.extend(found)
+        with (self.sup_dir / "signatures.jsonl").open("a") as f:
+            for sig in found:
+                f.write(json.dumps(sig.to_dict(), default=str) + "\n")
+        for sig in found:
+            key = (sig.kind, sig.rank)
+            if sig.kind in NOTED_KINDS and key not in self._noted and not self._ending:
+                self._noted.add(key)
+                who = f"rank {sig.rank}: " if sig.rank is not None else ""
+                self.console.note(f"seen {sig.kind}: {who}{sig.text.strip()[:200]}")
+
+    def _discover(self) -> None:
+        found = {r: p.pid for r, p in discover_ranks(self.tree.descendants()).items()}
+        for rank, progress in self.tracker.ranks.items():
+            if progress.host == self.host and progress.pid and rank not in found and progress.ended is None:
+                found[rank] = progress.pid
+        for rank, pid in list(self.rank_pids.items()):
+            if rank not in self.gone and not is_alive(pid):
+                self._rank_gone(rank, pid)
+        self.rank_pids.update({r: p for r, p in found.items() if r not in self.gone or p != self.rank_pids.get(r)})
+        live = {r: p for r, p in self.rank_pids.items() if r not in self.gone}
+        self.sampler.set_targets(live)
+
+    def _rank_gone(self, rank: int, pid: int) -> None:
+        progress = self.tracker.ranks.get(rank)
+        if progress is not None and progress.ended is not None and progress.error is None:
+            self.gone[rank] = f"ended ({progress.ended})"
+            return
+        last = self.sampler.latest(rank)
+        rss = f", last RSS {last.rss_bytes / 2**20:.0f} MiB" if last and last.rss_bytes else ""
+        phase = f" in {progress.open_path or 'no phase'} at step {progress.step}" if progress else ""
+        how = progress.error if progress and progress.error else "without an end record (killed: SIGKILL or the OOM killer?)"
+        self.gone[rank] = f"pid {pid} gone {how}{phase}{rss}"
+        self.console.note(f"rank {rank} {self.gone[rank]}")
+
+    def _hung(self, now: float) -> bool:
+        running = [r for r in self.tracker.running() if r not in self.gone]
+        if running:
+            stalled = self.tracker.stalled(now)
+            return all(r in stalled for r in running) and self._reported_stall != self._stall_key()
+        live = [r for r in self.rank_pids if r not in self.gone]
+        if not live or now - self._last_output_mono < self.opts.uninstrumented_timeout_s:
+            return False
+        busy = [r for r in live if (s := self.sampler.latest(r)) is not None and (s.cpu_pct or 0.0) > 5.0]
+        return not busy and self._reported_stall != self._stall_key()
+
+    def _stall_key(self) -> tuple:
+        """Changes whenever any rank makes progress, so each distinct stall is reported once."""
+        return tuple(sorted((r, p.num_records) for r, p in self.tracker.ranks.items())) + (int(self._last_output_mono),)
+
+    def _investigate(self) -> HangReport:
+        self._reported_stall = self._stall_key()
+        pids = {r: p for r, p in self.rank_pids.items() if r not in self.gone}
+        self.console.note(f"no progress from any running rank; taking the stacks of rank(s) {sorted(pids)}")
+        report = investigate(
+            pids, self.tracker, self.paths.stacks, self.paths.flight_recorder,
+            second_look_s=self.opts.second_look_s, native=self.opts.native, gpus=self.sampler.latest_gpus(),
+        )
+        self.hangs.append(report)
+        (self.sup_dir / f"hang-{len(self.hangs)}.json").write_text(json.dumps(report.to_dict(), indent=2, default=str))
+        for line in report.lines():
+            self.console.note(line)
+        return report
+
+    def _update_panel(self, now: float) -> None:
+        rows = []
+        for rank in sorted(set(self.rank_pids) | set(self.tracker.ranks)):
+            p = self.tracker.ranks.get(rank)
+            gpu = self.sampler.latest_gpu_bytes(self.rank_pids.get(rank))
+            idle = now - p.seen_mono if p and p.seen_mono else None
+            phase = self.gone.get(rank, p.open_path if p else None)
+            rows.append((rank, p.step if p else None, phase, idle, gpu))
+        self.console.panel(rows)
+
+    def _on_signal(self, signum: int, frame) -> None:
+        if signum == signal.SIGINT:
+            self._interrupts += 1
+            if self._interrupts == 1:
+                self.console.note("Ctrl-C: passed to the job; waiting for it to stop (Ctrl-C again ends it now)")
+                self.tree.forward(signal.SIGINT)
+                return
+            self.console.note("second Ctrl-C: ending every process of the job")
+        else:
+            self.console.note(f"{signal.Signals(signum).name}: ending every process of the job")
+            self.tree.forward(signum)
+        self._ending = True
+        threading.Thread(target=self.tree.end, args=(self.opts.grace_s,), daemon=True).start()
+
+    # -- records ----------------------------------------------------------------------------
+
+    def _write_run_json(self, env_added: dict[str, str]) -> None:
+        run_json = self.paths.run_json
+        data = json.loads(run_json.read_text()) if run_json.exists() else {}
+        data.setdefault("start_t", time.time())
+        data.setdefault("command", self.opts.command)
+        data["grpo_doctor_version"] = __version__
+        data.setdefault("hosts", {})[self.host] = {
+            "pid": os.getpid(), "env_set_by_watch": env_added, "hang_policy": asdict(self.opts.policy),
+            "on_hang": self.opts.on_hang,
+        }
+        self.paths.root.mkdir(parents=True, exist_ok=True)
+        run_json.write_text(json.dumps(data, indent=2))
+
+    def _finish(self, status: int | None, exit_status: int, hang_ended: bool) -> None:
+        ranks = {}
+        for rank in sorted(set(self.tracker.ranks) | set(self.rank_pids)):
+            p = self.tracker.ranks.get(rank)
+            ranks[str(rank)] = {
+                "pid": self.rank_pids.get(rank) or (p.pid if p else None), "step": p.step if p else None,
+                "open_phase": p.open_path if p else None, "ended": p.ended if p else None,
+                "error": p.error if p else None, "gone": self.gone.get(rank),
+            }
+        summary = {
+            "host": self.host, "end_t": time.time(), "command_status": status, "exit_status": exit_status,
+            "command_result": describe_exit(status), "hang_ended_by_watch": hang_ended,
+            "num_hangs": len(self.hangs), "ranks": ranks,
+            "signatures": _count_kinds(self.signatures), "bad_event_lines": self.tracker.num_bad_lines,
+        }
+        (self.sup_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+        self.console.note(f"job finished: {describe_exit(status)}" + (" (hang: ended by watch)" if hang_ended else ""))
+        for rank, info in ranks.items():
+            if info["gone"] or info["error"] or info["ended"] not in ("exit", "shutdown"):
+                state = info["gone"] or info["error"] or info["ended"] or "no end record"
+                self.console.note(f"  rank {rank}: {state}; last phase {info['open_phase'] or '-'}, step {info['step']}")
+        for kind, count in _count_kinds(self.signatures).items():
+            self.console.note(f"  seen in the output: {kind} x{count}")
+        self.console.note(f"run directory: {self.paths.root}")
+
+
+def _count_kinds(signatures: list[Signature]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for sig in signatures:
+        counts[sig.kind] = counts.get(sig.kind, 0) + 1
+    return counts
+
+
+def _shell_status(status: int | None) -> int:
+    """The command's status as a shell would report it: 128 + N when killed by signal N."""
+    if status is None:
+        return 1
+    return 128 - status if status < 0 else status

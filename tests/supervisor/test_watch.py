@@ -1,0 +1,175 @@
+"""`grpo-doctor watch` end to end: real torchrun, real gloo ranks, real py-spy."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from helpers import clean_env, write_program
+
+from grpo_doctor.supervisor.watch import HANG_EXIT
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def watch_cmd(run_dir: Path, *watch_args: str) -> list[str]:
+    return [sys.executable, "-m", "grpo_doctor.cli.main", "watch", "--run-dir", str(run_dir), *watch_args, "--"]
+
+
+def torchrun(nproc: int = 2) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--master-addr=127.0.0.1",
+            f"--master-port={free_port()}"]
+
+
+def run_watch(cmd: list[str], tmp_path: Path, timeout_s: float = 240, **env):
+    return subprocess.run(cmd, env=clean_env(OMP_NUM_THREADS="1", **env), cwd=tmp_path, capture_output=True,
+                          text=True, timeout=timeout_s)
+
+
+def leftovers(marker: str) -> list[psutil.Process]:
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            if marker in " ".join(p.info["cmdline"] or []) and p.pid != os.getpid():
+                found.append(p)
+        except psutil.Error:
+            pass
+    return found
+
+
+def hang_report(run_dir: Path) -> dict:
+    (path,) = (run_dir / "supervisor").glob("*/hang-1.json")
+    return json.loads(path.read_text())
+
+
+@pytest.mark.distributed
+def test_a_stuck_rank_of_the_reference_trainer_is_named_with_its_phase_and_step(tmp_path):
+    run_dir = tmp_path / "run"
+    cmd = watch_cmd(run_dir, "--hang-floor", "5", "--hang-factor", "3", "--second-look", "1", "--on-hang", "kill")
+    cmd += torchrun() + ["-m", "trainer.train", "--model", "tiny", "--steps", "8", "--dist-timeout-s", "600",
+                         "--inject", "hang:rank=1,phase=rollout,step=3"]
+    out = run_watch(cmd, tmp_path)
+    assert out.returncode == HANG_EXIT, out.stderr[-3000:]
+    assert "step 2 loss" in out.stdout  # the job's output reached the terminal
+    report = hang_report(run_dir)
+    assert report["culprits"] == [1]
+    assert report["ranks"]["1"]["open_phase"] == "rollout" and report["ranks"]["1"]["step"] == 3
+    assert report["ranks"]["0"]["open_phase"] == "reward" and report["ranks"]["1"]["verdict"] == "stuck"
+    for stack_dir in report["stack_dirs"]:
+        assert {p.name for p in Path(stack_dir).glob("rank-*.json")} == {"rank-00000.json", "rank-00001.json"}
+    assert "the others wait for: rank 1 in rollout at step 3" in out.stderr
+    assert not leftovers(str(run_dir))
+
+
+@pytest.mark.distributed
+def test_an_uninstrumented_script_gets_its_stuck_rank_named_from_the_stacks_alone(tmp_path):
+    script = write_program(tmp_path, """
+        import os, time, torch, torch.distributed as dist
+        dist.init_process_group("gloo")
+        rank = dist.get_rank()
+        def load_next_batch():
+            time.sleep(3600)
+        for it in range(100):
+            if rank == 1 and it == 3:
+                load_next_batch()
+            t = torch.ones(4)
+            dist.all_reduce(t)
+            print(f"rank {rank} iteration {it}", flush=True)
+    """, name="plain.py")
+    run_dir = tmp_path / "run"
+    cmd = watch_cmd(run_dir, "--hang-timeout", "4", "--second-look", "1", "--on-hang", "kill") + torchrun() + [str(script)]
+    out = run_watch(cmd, tmp_path)
+    assert out.returncode == HANG_EXIT, out.stderr[-3000:]
+    report = hang_report(run_dir)
+    assert report["culprits"] == [1]
+    assert any("all_reduce" in line and "rank 0" in line for line in report["groups"])
+    assert any("load_next_batch" in line and "rank 1" in line for line in report["groups"])
+    assert not (run_dir / "ranks").exists()  # nothing was instrumented
+    assert not leftovers(str(script))
+
+
+@pytest.mark.distributed
+def test_a_rank_killed_with_sigkill_is_named_with_its_last_phase(tmp_path):
+    run_dir = tmp_path / "run"
+    cmd = watch_cmd(run_dir) + torchrun() + ["-m", "trainer.train", "--model", "tiny", "--steps", "6",
+                                             "--inject", "crash:rank=1,step=2,how=sigkill,phase=backward"]
+    out = run_watch(cmd, tmp_path)
+    assert out.returncode == 1  # torchrun's own status, passed through
+    summary = json.loads(next((run_dir / "supervisor").glob("*/summary.json")).read_text())
+    assert "backward at step 2" in (summary["ranks"]["1"]["gone"] or "")
+    assert "rank 1 pid" in out.stderr and "SIGKILL" in out.stderr
+    assert summary["signatures"].get("child-failed")
+
+
+@pytest.mark.distributed
+def test_ctrl_c_to_watch_leaves_no_process_behind(tmp_path):
+    run_dir = tmp_path / "run"
+    cmd = watch_cmd(run_dir) + torchrun() + ["-m", "trainer.train", "--model", "tiny", "--steps", "10000"]
+    proc = subprocess.Popen(cmd, env=clean_env(OMP_NUM_THREADS="1"), cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not list((run_dir / "ranks").glob("rank-*.jsonl")) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        time.sleep(2)
+        proc.send_signal(signal.SIGINT)
+        time.sleep(1)
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0
+    time.sleep(0.5)
+    assert not leftovers(str(run_dir))
+
+
+def test_exit_statuses_are_passed_through(tmp_path):
+    assert run_watch(watch_cmd(tmp_path / "a") + [sys.executable, "-c", "raise SystemExit(7)"], tmp_path).returncode == 7
+    killed = run_watch(watch_cmd(tmp_path / "b") + ["sh", "-c", "kill -TERM $$"], tmp_path)
+    assert killed.returncode == 128 + signal.SIGTERM
+
+
+def test_a_command_that_does_not_exist_is_one_line_and_127(tmp_path):
+    out = run_watch(watch_cmd(tmp_path / "run") + ["no-such-launcher", "--x"], tmp_path)
+    assert out.returncode == 127
+    assert out.stderr.splitlines()[0] == "grpo-doctor: error: command not found: 'no-such-launcher'"
+    assert "Traceback" not in out.stderr
+
+
+def test_output_of_a_non_python_command_passes_through_and_is_saved(tmp_path):
+    cmd = watch_cmd(tmp_path / "run") + ["sh", "-c", "printf 'hello\\r\\nno newline'; echo oops >&2"]
+    out = subprocess.run(cmd, env=clean_env(), cwd=tmp_path, capture_output=True, timeout=60)
+    assert out.returncode == 0
+    assert out.stdout == b"hello\r\nno newline" and b"oops\n" in out.stderr
+    (saved,) = (tmp_path / "run" / "supervisor").glob("*/stdout.log")
+    assert saved.read_bytes() == b"hello\r\nno newline"
+
+
+def test_the_job_gets_the_run_dir_and_flight_recorder_but_user_settings_win(tmp_path):
+    code = "import os; print(os.environ['GRPO_DOCTOR_RUN_DIR'], os.environ['TORCH_NCCL_TRACE_BUFFER_SIZE'], os.environ['TORCH_NCCL_DUMP_ON_TIMEOUT'])"
+    out = run_watch(watch_cmd(tmp_path / "run") + [sys.executable, "-c", code], tmp_path, TORCH_NCCL_TRACE_BUFFER_SIZE="5")
+    assert out.stdout.split() == [str((tmp_path / "run").resolve()), "5", "1"]
+    run_json = json.loads((tmp_path / "run" / "run.json").read_text())
+    (host,) = run_json["hosts"].values()
+    assert "TORCH_NCCL_TRACE_BUFFER_SIZE" not in host["env_set_by_watch"]
+    assert host["env_set_by_watch"]["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1"
+
+
+def test_a_cuda_oom_in_the_output_is_noted_live(tmp_path):
+    message = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.42 GiB. GPU 7 has a total capacity "
+               "of 79.35 GiB of which 950.19 MiB is free. Process 1234 has 29.59 GiB memory in use. Of the allocated "
+               "memory 20.00 GiB is allocated by PyTorch, and 1.00 GiB is reserved by PyTorch but unallocated.")
+    out = run_watch(watch_cmd(tmp_path / "run") + [sys.executable, "-c", f"print({message!r})"], tmp_path)
+    assert "grpo-doctor: seen cuda-oom" in out.stderr
+    (sigs,) = (tmp_path / "run" / "supervisor").glob("*/signatures.jsonl")
+    assert any(json.loads(line)["kind"] == "cuda-oom" for line in sigs.read_text().splitlines())
