@@ -51,25 +51,22 @@ class _Pending:
 class Joiner:
     def __init__(self, specs: tuple[JoinSpec, ...]) -> None:
         self._specs = specs
-        self._open: dict[str, _Pending] = {}
-
-    def __bool__(self) -> bool:
-        return bool(self._open)
+        self.held: dict[str, _Pending] = {}  # by stream; read-only outside (truthy: something is held)
 
     def holds(self, source: str) -> bool:
-        return source in self._open
+        return source in self.held
 
     def start(self, source: str, rank: int | None, text: str, line_index: int) -> bool:
         """Hold `text` if it starts a message it does not complete; True when held."""
         for spec in self._specs:
             if spec.starts(text) and not spec.complete(text):
-                self._open[source] = _Pending(spec, rank, line_index, line_index, [text])
+                self.held[source] = _Pending(spec, rank, line_index, line_index, [text])
                 return True
         return False
 
     def offer(self, source: str, text: str, line_index: int) -> tuple[bool, Joined | None]:
         """(whether `text` continued the held message, the message if it is now finished)."""
-        pending = self._open[source]
+        pending = self.held[source]
         spec = pending.spec
         if not self._continues(pending, text):
             return False, self._pop(source)
@@ -82,18 +79,18 @@ class Joiner:
     def offer_adjacent(self, text: str, line_index: int) -> tuple[bool, Joined | None]:
         """Like `offer`, for a line without a prefix: it may continue the message held on the
         line just before it, whichever stream that was; nothing is finished if it does not."""
-        for source, pending in self._open.items():
+        for source, pending in self.held.items():
             if pending.last_line_index == line_index - 1 and self._continues(pending, text):
                 return self.offer(source, text, line_index)
         return False, None
 
     def expire(self, line_index: int, max_age_lines: int) -> list[Joined]:
         """Messages whose stream has said nothing for `max_age_lines` lines, finished as they are."""
-        stale = [s for s, p in self._open.items() if line_index - p.last_line_index > max_age_lines]
+        stale = [s for s, p in self.held.items() if line_index - p.last_line_index > max_age_lines]
         return [self._pop(s) for s in stale]
 
     def flush(self) -> list[Joined]:
-        return [self._pop(s) for s in list(self._open)]
+        return [self._pop(s) for s in list(self.held)]
 
     def _continues(self, pending: _Pending, text: str) -> bool:
         if pending.parts[-1].rstrip().endswith(":"):
@@ -104,5 +101,5 @@ class Joiner:
         return not spec.vocabulary or any(word in text for word in spec.vocabulary)
 
     def _pop(self, source: str) -> Joined:
-        p = self._open.pop(source)
+        p = self.held.pop(source)
         return Joined(p.spec, p.rank, p.line_index, " ".join(p.parts))

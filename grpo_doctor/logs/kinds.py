@@ -40,7 +40,8 @@ FIELDS: dict[str, tuple[str, ...]] = {
     NCCL_ERROR: ("detail", "file", "line", "nccl_version", "error_code", "last_error", "address", "port",
                  "bad_interface"),
     # host/pid/device: NCCL's own "host:pid:tid [dev]" header. bad_interface: the address is a
-    # loopback, link-local or unspecified one, i.e. NCCL picked the wrong network interface.
+    # loopback, link-local or unspecified one, i.e. NCCL picked the wrong network interface
+    # (None when the line names no address).
     NCCL_WARN: ("message", "host", "pid", "device", "address", "port", "bad_interface", "cuda_error"),
     # error_type: "address-in-use", "server-listen-failed", "DistStoreError", "DistNetworkError",
     # "RendezvousConnectionError", "RendezvousTimeoutError", "client-connect-failed",

@@ -29,32 +29,39 @@ from typing import NamedTuple
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 _LEVEL = r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)"
 _ISO = r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"
-# One prefix at the start of what is left of the line. Only named groups carry identity (rank,
-# stream); every other branch is noise that varies from line to line (times, counters, levels).
-_PREFIX = re.compile(
-    r"[ \t]*(?:"
+# The prefixes, grouped by the character they start with, so that a line is tried only against
+# the few that can match where it stands (one big alternation tried at every step cost several
+# microseconds a line). Only named groups carry identity (rank, stream); the other branches are
+# noise that varies from line to line (times, counters, levels, source locations).
+_BRACKET = re.compile(
     r"\[rank(?P<rank>\d+)\]: ?"
     r"|\[default(?P<default>\d+)\]: ?"
-    r"|(?P<ray>\([^()]*?\bpid=\d+[^()]*\)) ?"
-    r"|(?P<raysys>\((?:raylet|gcs_server|dashboard|autoscaler|monitor)\b[^()]*\)) ?"
-    r"|(?P<task>\d{1,6}): "
-    r"|\|[ \t]*" + _ISO + r"[ \t]*\| ?"  # CloudWatch console column
-    r"|\[?" + _ISO + r"\]?(?: ?>>| -| \|)? ?"
-    r"|\[\d\d:\d\d:\d\d(?:[.,]\d+)?\] ?"
+    r"|(?P<time>\[" + _ISO + r"\](?: ?>>)? ?|\[\d\d:\d\d:\d\d(?:[.,]\d+)?\] ?)"
     r"|\[[EWIFD](?:\d{3,4} \d\d:\d\d:\d\d(?:\.\d+)?(?: +\d+)?)? *[\w./-]+:\d+\] ?"  # c10 / glog
-    r"|[EWIFD]\d{3,4} \d\d:\d\d:\d\d(?:\.\d+)? +(?:\d+ +)?[\w./-]+:\d+\] ?"
+    r"|\[" + _LEVEL + r"(?:\|[\w.-]+:\d+)?\] ?"
+    r"|\[[\w.-]+\.py:\d+(?::\w+)?\] ?"
+    r"|\[ *\d+\.\d+\] ?"  # kernel uptime (dmesg)
+    r"|\[\d+\] "  # user line counter
+)
+_PAREN = re.compile(
+    r"(?P<ray>\([^()]*?\bpid=\d+[^()]*\)) ?"
+    r"|(?P<raysys>\((?:raylet|gcs_server|dashboard|autoscaler|monitor)\b[^()]*\)) ?"
+)
+_DIGIT = re.compile(r"(?P<task>\d{1,6}): |(?P<time>" + _ISO + r"(?: ?>>| -| \|)? ?)")
+_PIPE = re.compile(r"\|[ \t]*" + _ISO + r"[ \t]*\| ?")  # CloudWatch console column
+_LETTER = re.compile(
+    r"[EWIFD]\d{3,4} \d\d:\d\d:\d\d(?:\.\d+)? +(?:\d+ +)?[\w./-]+:\d+\] ?"  # glog without brackets
     r"|" + _LEVEL + r" +(?:\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? +)?\[?[\w./-]+\.py:\d+\] ?"  # vLLM
     r"|" + _LEVEL + r":[\w.]*:"  # Python logging's default format
     r"|" + _LEVEL + r" - "
-    r"|\[" + _LEVEL + r"(?:\|[\w.-]+:\d+)?\] ?"
-    r"|\[[\w.-]+\.py:\d+(?::\w+)?\] ?"
-    r"|[\w.]+: \[" + _LEVEL + r"\] ?"
-    r"|\[ *\d+\.\d+\] ?"  # kernel uptime (dmesg)
-    r"|[A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d [\w.-]+ [\w./-]+(?:\[\d+\])?: "  # syslog
-    r"|[\w.-]+ kernel: "
-    r"|\[\d+\] "  # user line counter
-    r")"
+    r"|(?P<time>[A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d )(?=[\w.-]+ [\w./-]+(?:\[\d+\])?: )"  # syslog
 )
+# Only right after a timestamp: a logger name or a host name, which could start any message.
+_AFTER_TIME = re.compile(r"[\w.]+: \[" + _LEVEL + r"\] ?|[\w.-]+ (?:kernel|[\w./-]+\[\d+\]): ")
+_BY_FIRST = {"[": _BRACKET, "(": _PAREN, "|": _PIPE, **{d: _DIGIT for d in "0123456789"}}
+# How a _LETTER prefix begins: a glog letter + digit is checked apart, the rest are these words.
+_LETTER_WORDS = ("DEBUG", "INFO", "WARN", "ERROR", "CRITICAL", "FATAL", "Jan ", "Feb ", "Mar ", "Apr ", "May ",
+                 "Jun ", "Jul ", "Aug ", "Sep ", "Oct ", "Nov ", "Dec ")
 _RAY_RANK = re.compile(r"\brank=(\d+)")
 _RANK_ANYWHERE = re.compile(r"\[rank\d+\]:")
 _RAY_REPEATED = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
@@ -73,43 +80,65 @@ class LinePrefix(NamedTuple):
 
 def strip_prefix(line: str) -> tuple[int | None, str]:
     """`(rank, message)`: the line without its prefixes and the rank they name, if any."""
-    prefix = split_prefix(line)
-    return prefix.rank, prefix.message
+    rank, _source, message = split_prefix_tuple(line)
+    return rank, message
 
 
 def split_prefix(line: str) -> LinePrefix:
     """The rank, stream identity and message of one log line (see the module docstring)."""
-    line = line.rstrip("\r\n")
+    return LinePrefix(*split_prefix_tuple(line))
+
+
+def split_prefix_tuple(line: str) -> tuple[int | None, str, str]:
+    """`split_prefix` as a plain tuple, for the scanner's hot path (a NamedTuple costs more to make)."""
+    if line.endswith("\n"):
+        line = line.rstrip("\r\n")
     if "\x1b" in line:
         line = _ANSI.sub("", line)
     if "\r" in line:  # progress bars redraw with \r: what counts is what was drawn last
         line = next((part for part in reversed(line.split("\r")) if part.strip()), "")
-    rank_priority, rank, parts, pos = 0, None, [], 0
+    rank_priority, rank, parts, pos, after_time = 0, None, [], 0, False
     for _ in range(_MAX_PREFIXES):
-        m = _PREFIX.match(line, pos)
-        if m is None or m.end() == pos:
+        m = _match_prefix(line, pos, after_time)
+        if m is None:
             break
         kind = m.lastgroup
         if kind == "task" and (parts or rank is not None):
             break  # a task label is only ever the outermost identity; "12: " later is text
-        pos = m.end()
-        if kind is None:
+        pos, after_time = m.end(), kind == "time"
+        if kind is None or kind == "time":
             continue
         value = m.group(kind)
         parts.append(value + ":" if kind == "task" else value if kind in ("ray", "raysys") else f"[{kind}{value}]")
         priority, found = _rank_of(kind, value)
         if found is not None and priority > rank_priority:
             rank_priority, rank = priority, found
-    message = line[pos:]
+    message = line[pos:] if pos else line
     if rank is None and "[rank" in message:
         # A progress bar without its \r glued in front of a rank tag: start from the tag.
         m = _RANK_ANYWHERE.search(message)
         if m:
-            inner = split_prefix(message[m.start():])
-            return LinePrefix(inner.rank, "".join(parts) + inner.source, inner.message)
+            inner_rank, inner_source, inner_message = split_prefix_tuple(message[m.start():])
+            return inner_rank, "".join(parts) + inner_source, inner_message
     if message.endswith("across cluster]"):
         message = _RAY_REPEATED.sub("", message)
-    return LinePrefix(rank, "".join(parts), message)
+    return rank, "".join(parts), message
+
+
+def _match_prefix(line: str, pos: int, after_time: bool) -> re.Match[str] | None:
+    start = pos
+    while start < len(line) and line[start] in " \t":  # a prefix may stand after spaces
+        start += 1
+    if start == len(line):
+        return None
+    pattern = _BY_FIRST.get(line[start])
+    if pattern is None and (line[start] in "EWIFD" and line[start + 1:start + 2].isdigit()
+                            or line.startswith(_LETTER_WORDS, start)):
+        pattern = _LETTER  # most messages start with a letter: screened before any regex
+    m = pattern.match(line, start) if pattern is not None else None
+    if m is None and after_time:
+        m = _AFTER_TIME.match(line, start)
+    return m
 
 
 def _rank_of(kind: str, value: str) -> tuple[int, int | None]:

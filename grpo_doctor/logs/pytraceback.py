@@ -14,7 +14,7 @@ Typical use:
     tb = TracebackState(partial=False)
     status = tb.offer('  File "train.py", line 88, in <module>')   # CONSUMED
     status = tb.offer("RuntimeError: boom")                        # FINISHED
-    tb.fields()  # {"exc_type": "RuntimeError", "message": "boom", "frames": ["train.py:88 in <module>"], ...}
+    tb.fields(rank=3)  # {"exc_type": "RuntimeError", "message": "boom", "frames": ["train.py:88 in <module>"], ...}
 """
 from __future__ import annotations
 

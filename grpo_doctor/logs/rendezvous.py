@@ -18,7 +18,8 @@ from typing import Any
 
 from grpo_doctor.logs.units import duration_s
 
-KEYWORDS = ("socket", "clients joined", "Rendezvous", "DistNetworkError", "DistStoreError")
+# One of these is in every line `parse_rendezvous` reads.
+KEYWORDS = ("ocket", "joined", "endezvous", "Dist")
 _EXCEPTIONS = ("DistStoreError", "DistNetworkError", "RendezvousConnectionError", "RendezvousTimeoutError")
 
 _CONNECT = re.compile(

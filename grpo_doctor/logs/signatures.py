@@ -29,25 +29,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grpo_doctor.logs import nccl, oom, rendezvous, torchrun, vllm
-from grpo_doctor.logs.joiner import Joined, Joiner, JoinSpec
+from grpo_doctor.logs import torchrun
+from grpo_doctor.logs.detectors import JOIN_SPECS, detect, is_hot
+from grpo_doctor.logs.joiner import Joined, Joiner
 from grpo_doctor.logs.kinds import (
     ALL_KINDS,
     CHILD_FAILED,
-    CUDA_OOM,
-    HOST_OOM,
-    NCCL_ERROR,
     NCCL_TIMEOUT,
-    NCCL_WARN,
     NCCL_WATCHDOG_STATUS,
-    NCCL_WATCHDOG_STUCK,
     PYTHON_TRACEBACK,
-    RENDEZVOUS_FAILURE,
-    VLLM_MEMORY,
     complete_fields,
 )
 from grpo_doctor.logs.lines import iter_lines
-from grpo_doctor.logs.prefixes import split_prefix
+from grpo_doctor.logs.prefixes import split_prefix_tuple
 from grpo_doctor.logs.pytraceback import CONSUMED, FINISHED, FRAME, HEADER, TracebackState, parse_collapsed
 
 __all__ = ["ALL_KINDS", "LineScanner", "Signature", "scan_file", "scan_text"]
@@ -56,34 +50,6 @@ _MAX_TEXT_CHARS = 4000
 _JOIN_STALE_LINES = 64  # a wrapped message whose stream went quiet this long is finished as is
 _STALE_LINES = 5000  # a traceback / block whose stream went quiet this long is given up
 _MAX_SEEN = 100_000
-
-# Every line that can start, state or (for a paste starting mid-way) continue a signature holds
-# one of these; the rest of the log is skipped after these tests alone.
-_KEYWORDS = tuple(dict.fromkeys((
-    "emory", "NCCL", "atchdog", "Traceback", 'File "', "Killed process",
-    *rendezvous.KEYWORDS, *torchrun.KEYWORDS, *vllm.KEYWORDS)))
-_NCCL_PARSERS = ((NCCL_TIMEOUT, nccl.parse_watchdog_timeout), (NCCL_WATCHDOG_STATUS, nccl.parse_watchdog_status),
-                 (NCCL_WATCHDOG_STUCK, nccl.parse_watchdog_stuck), (NCCL_ERROR, nccl.parse_nccl_error),
-                 (NCCL_WARN, nccl.parse_nccl_warn))
-_VLLM_VOCABULARY = ("iB", "GB", "emory", "KV", "ache", "utilization", "tokens", "=")
-_JOIN_SPECS = (
-    JoinSpec(CUDA_OOM, lambda t: any(s in t for s in oom.OOM_STARTS), lambda t: any(e in t for e in oom.OOM_ENDS),
-             oom.OOM_VOCABULARY, 12, (HEADER,)),
-    JoinSpec(NCCL_TIMEOUT, lambda t: nccl.TIMEOUT_START in t, lambda t: nccl.TIMEOUT_END in t,
-             nccl.TIMEOUT_VOCABULARY, 4, (HEADER,)),
-    JoinSpec(NCCL_ERROR, nccl.starts_error, nccl.error_complete, nccl.ERROR_VOCABULARY, 5, (HEADER,)),
-    JoinSpec(HOST_OOM, lambda t: oom.RAY_OOM_START in t, lambda t: oom.RAY_OOM_END in t,
-             ("exceeds", "threshold", "GB", "running", "IP"), 3, (HEADER,)),
-    *(JoinSpec(VLLM_MEMORY, lambda t, s=start: s in t, lambda t, e=ends: any(x in t for x in e),
-               _VLLM_VOCABULARY, 3, (HEADER,)) for start, ends in vllm.JOINS),
-)
-
-
-def _is_hot(text: str) -> bool:
-    for word in _KEYWORDS:
-        if word in text:
-            return True
-    return False
 
 
 @dataclass(frozen=True)
@@ -113,7 +79,7 @@ class LineScanner:
 
     def __init__(self) -> None:
         self._index = 0
-        self._joiner = Joiner(_JOIN_SPECS)
+        self._joiner = Joiner(JOIN_SPECS)
         self._tracebacks: dict[str, tuple[TracebackState, int | None, int]] = {}
         self._blocks: dict[str, torchrun.ChildFailedBlock] = {}
         self._seen: set[tuple[Any, ...]] = set()
@@ -121,17 +87,17 @@ class LineScanner:
     def feed(self, line: str) -> list[Signature]:
         """The signatures `line` completes (the next line of the log; a trailing newline is fine)."""
         self._index += 1
-        hot = _is_hot(line)
-        if not hot and not (self._joiner or self._tracebacks or self._blocks):
+        hot = is_hot(line)
+        if not hot and not (self._joiner.held or self._tracebacks or self._blocks):
             return []
         out: list[Signature] = []
-        prefix = split_prefix(line)
-        source, rank, message = prefix.source, prefix.rank, prefix.message
+        rank, source, message = split_prefix_tuple(line)
         if hot and "\\n" in message:  # a collector escaped the newlines of a multi-line message
             for piece in message.replace('\\"', '"').split("\\n"):
-                inner = split_prefix(piece)  # pieces may repeat the line's own prefix, or add to it
-                piece_source = source if source.endswith(inner.source) else source + inner.source
-                self._route(piece_source, rank if inner.rank is None else inner.rank, inner.message, out)
+                inner_rank, inner_source, inner_message = split_prefix_tuple(piece)
+                # A piece may repeat the line's own prefix, or add one of its own.
+                piece_source = source if source.endswith(inner_source) else source + inner_source
+                self._route(piece_source, rank if inner_rank is None else inner_rank, inner_message, out)
         elif hot and torchrun.is_collapsed(message):
             self._blocks.setdefault(source, torchrun.ChildFailedBlock())
             for piece in torchrun.split_collapsed(message):
@@ -151,11 +117,11 @@ class LineScanner:
             self._emit_entries(self._blocks.pop(source).finish(), out)
         for source in list(self._tracebacks):
             self._end_traceback(source, out)
-        return sorted(out, key=lambda s: s.line_number)
+        return sorted(out, key=_line_number)
 
     def _route(self, source: str, rank: int | None, text: str, out: list[Signature]) -> None:
         index = self._index
-        if self._joiner:
+        if self._joiner.held:
             taken, joined = False, None
             if self._joiner.holds(source):
                 taken, joined = self._joiner.offer(source, text, index)
@@ -180,9 +146,13 @@ class LineScanner:
             tb.last_line_index = index
             if status == CONSUMED:
                 return
-            if status == FINISHED or tb.given_up:
+            if status == FINISHED:  # an exception line: scan it whatever it holds
                 self._end_traceback(source, out)
-        if _is_hot(text):
+                self._detect(source, rank, text, out)
+                return
+            if tb.given_up:
+                self._end_traceback(source, out)
+        if is_hot(text):
             self._detect(source, rank, text, out)
 
     def _detect(self, source: str, rank: int | None, text: str, out: list[Signature]) -> None:
@@ -210,21 +180,8 @@ class LineScanner:
             self._detect_line(rank, text, index, out)
 
     def _detect_line(self, rank: int | None, text: str, index: int, out: list[Signature]) -> None:
-        if oom.is_cuda_oom(text):
-            self._emit(CUDA_OOM, rank, index, text, oom.parse_cuda_oom(text), out)
-        if "NCCL" in text or "atchdog" in text:
-            for kind, parse in _NCCL_PARSERS:
-                self._emit(kind, rank, index, text, parse(text), out)
-        if any(word in text for word in rendezvous.KEYWORDS):
-            self._emit(RENDEZVOUS_FAILURE, rank, index, text, rendezvous.parse_rendezvous(text), out)
-        if "exitcode" in text:
-            self._emit(CHILD_FAILED, rank, index, text, torchrun.parse_agent_line(text), out)
-        if "Killed process" in text:
-            self._emit(HOST_OOM, rank, index, text, oom.parse_kernel_oom(text), out)
-        if oom.RAY_OOM_START in text:
-            self._emit(HOST_OOM, rank, index, text, oom.parse_ray_oom(text), out)
-        if any(word in text for word in vllm.KEYWORDS):
-            self._emit(VLLM_MEMORY, rank, index, text, vllm.parse_vllm_memory(text), out)
+        for kind, found in detect(text):
+            self._emit(kind, rank, index, text, found, out)
 
     def _scan_joined(self, joined: Joined, out: list[Signature]) -> None:
         self._detect_line(joined.rank, joined.text, joined.line_index, out)

@@ -24,10 +24,11 @@ True. A paste that starts inside the block still yields the entries it shows.
 
 Typical use:
     block = ChildFailedBlock()
-    for line in lines:
-        for fields, first_line_index, text in block.offer(line, index):
-            ...
-    leftover = block.finish()
+    for index, line in enumerate(lines):
+        taken, entries = block.offer(line, index)  # entries: [(fields, first line index, text)]
+        if block.closed:
+            break
+    entries = block.finish()  # the entry still open when the log ends
 """
 from __future__ import annotations
 
@@ -47,7 +48,6 @@ _SIGNAL = re.compile(r"Signal (\d+) \((SIG\w+)\) received by PID (\d+)")
 RANK_FIELD = re.compile(r"(?<![\w(])rank\s*:\s*-?\d+\s*\(local_rank:")
 # torchrun pads field names to 10 characters; a paste that starts inside the block shows these.
 _TIME_OR_HOST = re.compile(r"^\s*(?:time|host) {6}: \S")
-KEYWORDS = ("ChildFailedError", "Root Cause", "local_rank:", "exitcode", "time      :", "host      :")
 _AGENT = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (-?\d+) \(pid: (\d+)\) of binary: (.*?)\s*$")
 _SPLIT = re.compile(
     r"\s+(?=(?<![\w(])(?:time|host|rank|exitcode|error_file|traceback)\s*:\s)"
@@ -170,5 +170,6 @@ class ChildFailedBlock:
 
     def _finish(self, done: list[tuple[dict[str, Any], int, str]]) -> None:
         entry, self._entry = self._entry, None
-        if entry is not None and ("exitcode" in entry or "rank" in entry or "host" in entry):
+        # An entry says which worker failed; a lone "host : x" is some other program's table.
+        if entry is not None and ("exitcode" in entry or "rank" in entry):
             done.append((entry, self._entry_start, "\n".join(self._entry_lines)))

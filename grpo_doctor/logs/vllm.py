@@ -23,7 +23,8 @@ from typing import Any
 
 from grpo_doctor.logs.units import SIZE, int_or_none, to_bytes
 
-KEYWORDS = ("emory", " blocks: ", "KV cache", "weights took", "loading took", "tokens per request")
+# With "emory", one of these is in every line `parse_vllm_memory` reads.
+KEYWORDS = (" blocks: ", "cache size", "concurrency", "took ")
 # Wordings that wrap: (first phrase, its possible last phrases), for the scanner to join them.
 JOINS = (("model weights take", ("KV Cache is",)), ("Memory profiling results", ("gpu_memory_utilization=",)),
          ("max seq len (", ("KV cache (", "KV cache memory (")))

@@ -124,6 +124,7 @@ def test_an_exception_in_a_background_thread_is_recorded_without_ending_the_rank
 def test_two_processes_claiming_one_rank_get_a_one_line_error_and_keep_training(tmp_path):
     holder = _start(tmp_path, STUCK_IN_ROLLOUT)
     try:
+        _wait_for_open_phase(tmp_path / "run", "rollout/generate")
         out = run_program(tmp_path, """
             import grpo_doctor as gd
             print(gd.init("run"))

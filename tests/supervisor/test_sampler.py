@@ -105,7 +105,9 @@ def test_busy_sleeping_and_allocating_ranks_are_told_apart(tmp_path, spawn):
     time.sleep(1.0)  # cpu_pct covers the time since set_targets
     procs = by_rank(sampler.sample_once())
     assert procs[2].rss_bytes >= 100 * MiB and procs[1].rss_bytes < 100 * MiB
-    assert procs[0].cpu_pct >= 30 and procs[1].cpu_pct <= 5, (procs[0].cpu_pct, procs[1].cpu_pct)
+    # A spinning process gets ~100% of a core on an idle machine; 10% leaves room for a shared,
+    # oversubscribed one (seen as low as 12% here), while a sleeping one stays at ~0.
+    assert procs[0].cpu_pct >= 10 and procs[1].cpu_pct <= 2, (procs[0].cpu_pct, procs[1].cpu_pct)
     assert procs[0].state == "running" and procs[1].state == "sleeping"
     assert all(p.num_threads >= 1 for p in procs.values())
     assert sampler.latest(1) == procs[1] and sampler.latest(7) is None

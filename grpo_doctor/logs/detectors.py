@@ -1,0 +1,89 @@
+"""Which parser reads which line: the keyword pre-check, the one-line parsers, the wrapped messages.
+
+Stateless; `signatures.LineScanner` keeps the state (streams, tracebacks, blocks, joins) and
+asks this module what a line says. `is_hot` is the pre-check every line of a live job pays, so
+it is a handful of substring tests; `detect` runs only the parsers whose own cheap test passes.
+
+Typical use:
+    if is_hot(message):
+        for kind, fields in detect(message):
+            ...
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from grpo_doctor.logs import nccl, oom, rendezvous, torchrun, vllm
+from grpo_doctor.logs.joiner import JoinSpec
+from grpo_doctor.logs.kinds import (
+    CHILD_FAILED,
+    CUDA_OOM,
+    HOST_OOM,
+    NCCL_ERROR,
+    NCCL_TIMEOUT,
+    NCCL_WARN,
+    NCCL_WATCHDOG_STATUS,
+    NCCL_WATCHDOG_STUCK,
+    RENDEZVOUS_FAILURE,
+    VLLM_MEMORY,
+)
+from grpo_doctor.logs.pytraceback import HEADER
+
+# Every line that can start a signature holds one of these; any other line costs these substring
+# tests and nothing more (unless its stream has a traceback, block or wrapped message open, or it
+# ends a traceback). Few and long on purpose: each is one search through every line of the log.
+KEYWORDS = (
+    "emory",  # CUDA/HIP OOM, the kernel's and Ray's OOM reports, vLLM's memory lines
+    "atchdog",  # NCCL watchdog: timeout, status, heartbeat
+    "NCCL WARN", "NCCL error",
+    "Traceback", 'File "',  # a traceback, or a paste that starts inside one
+    "ocket", "joined", "endezvous",  # c10d sockets, DistStoreError's clients, torchrun's rendezvous
+    "exitcode", "      : ", "Root Cause",  # torchrun's agent line, ChildFailedError fields and root cause
+    "Killed process",  # older kernels put the OOM killer's numbers on their own line
+    *vllm.KEYWORDS,
+)
+_NCCL_PARSERS = ((NCCL_TIMEOUT, nccl.parse_watchdog_timeout), (NCCL_WATCHDOG_STATUS, nccl.parse_watchdog_status),
+                 (NCCL_WATCHDOG_STUCK, nccl.parse_watchdog_stuck), (NCCL_ERROR, nccl.parse_nccl_error),
+                 (NCCL_WARN, nccl.parse_nccl_warn))
+_VLLM_VOCABULARY = ("iB", "GB", "emory", "KV", "ache", "utilization", "tokens", "=")
+# Messages that arrive wrapped over lines, and how each one's continuation looks.
+JOIN_SPECS = (
+    JoinSpec(CUDA_OOM, lambda t: any(s in t for s in oom.OOM_STARTS), lambda t: any(e in t for e in oom.OOM_ENDS),
+             oom.OOM_VOCABULARY, 12, (HEADER,)),
+    JoinSpec(NCCL_TIMEOUT, lambda t: nccl.TIMEOUT_START in t, lambda t: nccl.TIMEOUT_END in t,
+             nccl.TIMEOUT_VOCABULARY, 4, (HEADER,)),
+    JoinSpec(NCCL_ERROR, nccl.starts_error, nccl.error_complete, nccl.ERROR_VOCABULARY, 5, (HEADER,)),
+    JoinSpec(HOST_OOM, lambda t: oom.RAY_OOM_START in t, lambda t: oom.RAY_OOM_END in t,
+             ("exceeds", "threshold", "GB", "running", "IP"), 3, (HEADER,)),
+    *(JoinSpec(VLLM_MEMORY, lambda t, s=start: s in t, lambda t, e=ends: any(x in t for x in e),
+               _VLLM_VOCABULARY, 3, (HEADER,)) for start, ends in vllm.JOINS),
+)
+
+
+def is_hot(text: str) -> bool:
+    """True when `text` holds a keyword: it may start a signature."""
+    for word in KEYWORDS:  # a plain loop: faster here than any(), a regex alternation or map()
+        if word in text:
+            return True
+    return False
+
+
+def detect(text: str) -> list[tuple[str, dict[str, Any]]]:
+    """(kind, fields) for every one-line signature `text` states (fields not yet completed)."""
+    found: list[tuple[str, dict[str, Any] | None]] = []
+    memory = "emory" in text
+    if memory and oom.is_cuda_oom(text):
+        found.append((CUDA_OOM, oom.parse_cuda_oom(text)))
+    if "NCCL" in text or "atchdog" in text:
+        found.extend((kind, parse(text)) for kind, parse in _NCCL_PARSERS)
+    if any(word in text for word in rendezvous.KEYWORDS):
+        found.append((RENDEZVOUS_FAILURE, rendezvous.parse_rendezvous(text)))
+    if "exitcode" in text:
+        found.append((CHILD_FAILED, torchrun.parse_agent_line(text)))
+    if "Killed process" in text:
+        found.append((HOST_OOM, oom.parse_kernel_oom(text)))
+    if memory and oom.RAY_OOM_START in text:
+        found.append((HOST_OOM, oom.parse_ray_oom(text)))
+    if memory or any(word in text for word in vllm.KEYWORDS):
+        found.append((VLLM_MEMORY, vllm.parse_vllm_memory(text)))
+    return [(kind, fields) for kind, fields in found if fields is not None]
