@@ -11,7 +11,17 @@ Inside a training process:
 This import stays light: it never pulls in pandas, matplotlib, jinja2 or torch.
 """
 from grpo_doctor._version import __version__
-from grpo_doctor.rank.api import flush, init, is_recording, memory_snapshot, phase, run_dir, set_step, shutdown, step
+from grpo_doctor.rank.api import (
+    flush,
+    init,
+    is_recording,
+    memory_snapshot,
+    phase,
+    run_dir,
+    set_step,
+    shutdown,
+    step,
+)
 
 __all__ = [
     "__version__", "flush", "init", "is_recording", "memory_snapshot", "phase", "run_dir", "set_step",

@@ -3,7 +3,17 @@ import json
 import pytest
 
 from grpo_doctor.schema import (
-    SCHEMA_VERSION, BadRecord, End, EndReason, Error, Header, Memory, PhaseBegin, PhaseEnd, Step, UnknownRecord,
+    SCHEMA_VERSION,
+    BadRecord,
+    End,
+    EndReason,
+    Error,
+    Header,
+    Memory,
+    PhaseBegin,
+    PhaseEnd,
+    Step,
+    UnknownRecord,
     record_from_dict,
 )
 

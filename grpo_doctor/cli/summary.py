@@ -48,7 +48,7 @@ def _rank_row(log: RankLog, now: float) -> dict:
     header, end = log.header, log.end
     steps = log.of_kind(Step)
     records = [r for r in log.records if isinstance(r, Record)]
-    step_times = [b.t - a.t for a, b in zip(steps, steps[1:])]
+    step_times = [b.t - a.t for a, b in zip(steps, steps[1:], strict=False)]
     rss = [m.host_rss_bytes for m in log.of_kind(Memory) if m.host_rss_bytes]
     gpu = [m.peak_allocated_bytes for m in log.of_kind(Memory) if m.peak_allocated_bytes]
     errors = log.errors

@@ -25,7 +25,18 @@ from grpo_doctor.rank.identity import RankIdentity
 from grpo_doctor.rank.memory import take_memory_snapshot
 from grpo_doctor.rank.nvml import Nvml
 from grpo_doctor.rank.sink import JsonlSink
-from grpo_doctor.schema import End, EndReason, Error, Header, Memory, PhaseBegin, PhaseEnd, Record, RunPaths, Step
+from grpo_doctor.schema import (
+    End,
+    EndReason,
+    Error,
+    Header,
+    Memory,
+    PhaseBegin,
+    PhaseEnd,
+    Record,
+    RunPaths,
+    Step,
+)
 
 _SCALARS = (int, float, str, bool, type(None))
 PHASE_ATTR = "_grpo_doctor_phase"  # set on an exception by the innermost phase it left

@@ -20,7 +20,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grpo_doctor.stack_groups import compare_captures, culprit_ranks, describe, format_ranks, group_stacks, odd_ranks
+from grpo_doctor.stack_groups import (
+    compare_captures,
+    culprit_ranks,
+    describe,
+    format_ranks,
+    group_stacks,
+    odd_ranks,
+)
 from grpo_doctor.supervisor.progress import ProgressTracker
 from grpo_doctor.supervisor.stacks import capture_stacks, ptrace_denied
 

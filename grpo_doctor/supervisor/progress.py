@@ -22,7 +22,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grpo_doctor.schema import (
-    BadRecord, End, Error, Header, PhaseBegin, PhaseEnd, Record, RunPaths, Step, record_from_dict,
+    BadRecord,
+    End,
+    Error,
+    Header,
+    PhaseBegin,
+    PhaseEnd,
+    Record,
+    RunPaths,
+    Step,
+    record_from_dict,
 )
 
 MAX_LINE_BYTES = 1 << 20

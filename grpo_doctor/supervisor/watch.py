@@ -105,7 +105,7 @@ class Watch:
                     next_discovery = now + DISCOVER_EVERY_S
                 self._update_panel(now)
                 if status is None and self._hung(now):
-                    report = self._investigate()
+                    self._investigate()
                     if self.opts.on_hang == "kill":
                         self.console.note("ending the job (--on-hang kill)")
                         self._ending = True
