@@ -33,9 +33,9 @@ from grpo_doctor.schema import (
     Memory,
     PhaseBegin,
     PhaseEnd,
-    Record,
     RunPaths,
     Step,
+    encode_values,
 )
 
 _SCALARS = (int, float, str, bool, type(None))
@@ -63,7 +63,7 @@ class Recorder:
         self._local = threading.local()
         self._main_stack = self._stack()  # the main thread's phases, for End records from handlers
         self.sink = JsonlSink(
-            self.paths.rank_file(ident.rank), build=self._build, warn=warn, flush_interval_s=flush_interval_s
+            self.paths.rank_file(ident.rank), encode=self._encode, warn=warn, flush_interval_s=flush_interval_s
         )
         self.gpu_uuid = current_gpu_uuid(ident.local_rank, self.nvml)
         self.sink.write_now([self._header()])
@@ -168,9 +168,9 @@ class Recorder:
     def _common(self, step: int | None) -> tuple:
         return (self.ident.rank, self.ident.host, self.ident.pid, step, time.time(), time.monotonic())
 
-    def _build(self, raw) -> Record:
+    def _encode(self, raw) -> dict:
         cls, step, t, mono, extra = raw
-        return cls(self.ident.rank, self.ident.host, self.ident.pid, step, t, mono, *extra)
+        return encode_values(cls, (self.ident.rank, self.ident.host, self.ident.pid, step, t, mono, *extra))
 
     def _header(self) -> Header:
         i = self.ident

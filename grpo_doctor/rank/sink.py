@@ -11,7 +11,7 @@ An exclusive advisory lock on the file stops two live processes from writing one
 (two processes that both think they are rank 0 because RANK is unset).
 
 Typical use:
-    sink = JsonlSink(path, build=lambda raw: raw, warn=print)
+    sink = JsonlSink(path, encode=lambda raw: raw._asdict(), warn=print)
     sink.write_now([header])
     sink.enqueue(raw_tuple)      # hot path
     sink.close()
@@ -31,6 +31,8 @@ from typing import Any
 from grpo_doctor.schema import Record
 
 MAX_UNWRITTEN_BYTES = 8 * 1024 * 1024
+# One encoder for every line: json.dumps with options builds a new one per call.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), default=str)
 
 
 class RecordingError(Exception):
@@ -41,12 +43,12 @@ class JsonlSink:
     def __init__(
         self,
         path: Path,
-        build: Callable[[Any], Record],
+        encode: Callable[[Any], dict],
         warn: Callable[[str], None],
         flush_interval_s: float = 0.25,
     ) -> None:
         self.path = path
-        self._build = build
+        self._encode = encode
         self._warn = warn
         self._pending: deque[Any] = deque()  # append and popleft are atomic: no lock on the hot path
         self._unwritten = bytearray()
@@ -104,8 +106,8 @@ class JsonlSink:
 
     def _serialise(self, raws: Iterable[Any]) -> None:
         for raw in raws:
-            record = raw if isinstance(raw, Record) else self._build(raw)
-            self._unwritten += json.dumps(record.to_dict(), separators=(",", ":"), default=str).encode()
+            data = raw.to_dict() if isinstance(raw, Record) else self._encode(raw)
+            self._unwritten += _ENCODER.encode(data).encode()
             self._unwritten += b"\n"
 
     def _write(self) -> None:
