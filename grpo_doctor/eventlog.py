@@ -20,6 +20,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grpo_doctor.rankset import format_ranks
 from grpo_doctor.schema import (
     SCHEMA_VERSION,
     BadRecord,
@@ -78,14 +79,7 @@ class RankLog:
         """Phase path still open at the end of the log (where a hung or killed rank stopped)."""
         stack: list[str] = []
         for r in self.records:
-            if isinstance(r, Header):
-                stack.clear()
-            elif isinstance(r, PhaseBegin):
-                stack.append(r.path)
-            elif isinstance(r, PhaseEnd) and stack:
-                # Pop to the matching begin: an exception may have skipped inner ends.
-                while stack and stack.pop() != r.path:
-                    pass
+            advance_open_phases(stack, r)
         return stack[-1] if stack else None
 
     @property
@@ -122,6 +116,18 @@ class RunLog:
     def missing_ranks(self) -> list[int]:
         size = self.world_size
         return [r for r in range(size) if r not in self.ranks] if size else []
+
+
+def advance_open_phases(stack: list[str], record: Record | UnknownRecord) -> None:
+    """Update the stack of open phase paths with one record, in file order."""
+    if isinstance(record, Header):
+        stack.clear()
+    elif isinstance(record, PhaseBegin):
+        stack.append(record.path)
+    elif isinstance(record, PhaseEnd):
+        # Pop to the matching begin: an exception may have skipped inner ends.
+        while stack and stack.pop() != record.path:
+            pass
 
 
 def load_run(paths: Sequence[str | Path]) -> RunLog:
@@ -234,23 +240,6 @@ def _warn_about_gaps(run: RunLog) -> None:
     missing = run.missing_ranks
     if missing:
         run.warnings.append(
-            f"no records from rank(s) {_ranges(missing)} of world size {run.world_size}: "
+            f"no records from rank(s) {format_ranks(missing)} of world size {run.world_size}: "
             "those processes never started recording, or their node's run directory was not passed"
         )
-
-
-def _ranges(numbers: Sequence[int]) -> str:
-    """[0,1,2,5,7,8] -> '0-2,5,7-8'"""
-    parts: list[str] = []
-    start = prev = None
-    for n in sorted(numbers):
-        if start is None:
-            start = prev = n
-        elif n == prev + 1:
-            prev = n
-        else:
-            parts.append(f"{start}-{prev}" if prev != start else f"{start}")
-            start = prev = n
-    if start is not None:
-        parts.append(f"{start}-{prev}" if prev != start else f"{start}")
-    return ",".join(parts)

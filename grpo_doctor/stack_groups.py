@@ -30,6 +30,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from grpo_doctor.rankset import format_ranks  # noqa: F401  (re-exported)
 from grpo_doctor.stackdata import Frame, StackCapture, ThreadStack, display_path
 
 # Whole-name tokens that only collectives use; matched anywhere in a function name.
@@ -193,18 +194,6 @@ def describe(groups: list[StackGroup], *, rank_context: Mapping[int, str] | None
             label = f"{'pid' if len(group.pids) == 1 else 'pids'} {','.join(str(p) if p >= 0 else '?' for p in group.pids)}"
         lines.append(f"{label}: {_headline(group.frames)}{_context(group.ranks, rank_context or {})}")
     return lines
-
-
-def format_ranks(ranks: Iterable[int]) -> str:
-    """[0, 1, 2, 3, 5, 7, 8] -> "0-3,5,7-8"."""
-    ordered = sorted(set(ranks))
-    runs: list[list[int]] = []
-    for r in ordered:
-        if runs and r == runs[-1][-1] + 1:
-            runs[-1].append(r)
-        else:
-            runs.append([r])
-    return ",".join(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}" for run in runs)
 
 
 def _headline(frames: tuple[Frame, ...]) -> str:

@@ -21,13 +21,12 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grpo_doctor.eventlog import advance_open_phases
 from grpo_doctor.schema import (
     BadRecord,
     End,
     Error,
     Header,
-    PhaseBegin,
-    PhaseEnd,
     Record,
     RunPaths,
     Step,
@@ -82,14 +81,9 @@ class RankProgress:
         self.host, self.pid, self.num_records = record.host, record.pid, self.num_records + 1
         if record.step is not None:
             self.step = record.step
+        advance_open_phases(self.stack, record)
         if isinstance(record, Header):
-            self.stack.clear()
             self.ended = None
-        elif isinstance(record, PhaseBegin):
-            self.stack.append(record.path)
-        elif isinstance(record, PhaseEnd):
-            while self.stack and self.stack.pop() != record.path:
-                pass
         elif isinstance(record, Step):
             self.step = record.step + 1
         elif isinstance(record, Error):
