@@ -24,7 +24,8 @@ MAX_PANEL_RANKS = 16
 class Console:
     def __init__(self, tty: bool, plain_every_s: float = 60.0) -> None:
         self.tty = tty
-        self._lock = threading.Lock()
+        # Re-entrant: watch's signal handler notes on the main thread, which may be drawing the panel.
+        self._lock = threading.RLock()
         self._panel: list[str] = []
         self._drawn = 0
         self._at_line_start = True

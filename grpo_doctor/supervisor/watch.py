@@ -159,7 +159,11 @@ class Watch:
         for rank, pid in list(self.rank_pids.items()):
             if rank not in self.gone and not is_alive(pid):
                 self._rank_gone(rank, pid)
-        self.rank_pids.update({r: p for r, p in found.items() if r not in self.gone or p != self.rank_pids.get(r)})
+        for rank, pid in found.items():
+            if rank in self.gone and pid != self.rank_pids.get(rank):
+                del self.gone[rank]  # restarted (torchrun --max-restarts): a new process for that rank
+            if rank not in self.gone:
+                self.rank_pids[rank] = pid
         live = {r: p for r, p in self.rank_pids.items() if r not in self.gone}
         self.sampler.set_targets(live)
 
