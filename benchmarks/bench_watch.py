@@ -14,7 +14,7 @@
    defaults are 600 s (NCCL) and 1800 s (gloo), so the ratio at defaults is also printed.
 
 Typical use:
-    python benchmarks/bench_watch.py [--skip-64] [--skip-watchdog]
+    python benchmarks/bench_watch.py [--parts latency4,latency64,cpu,watchdog]
 """
 from __future__ import annotations
 
@@ -144,42 +144,43 @@ def bench_vs_watchdog(tmp: Path, timeout_s: int) -> None:
     subprocess.run(watch(run_dir, "--on-hang", "kill") + base + [f"--master-port={free_port()}"] + trainer,
                    env=env(), cwd=tmp, capture_output=True, timeout=900)
     report = json.loads(next((run_dir / "supervisor").glob("*/hang-1.json")).read_text())
-    named_s = report["detected_t"] - last_record_t(run_dir)
+    named_s = report["detected_t"] - hang_began_t(run_dir)
     plain_dir = tmp / "vs-plain"
     subprocess.run(base + [f"--master-port={free_port()}"] + trainer + ["--run-dir", str(plain_dir)], env=env(),
                    cwd=tmp, capture_output=True, timeout=timeout_s + 300)
     ends = [json.loads(line)["t"] for p in (plain_dir / "ranks").glob("*.jsonl") for line in p.read_text().splitlines()
             if '"kind":"error"' in line]
-    failed_s = min(ends) - last_record_t_before_errors(plain_dir)
+    failed_s = min(ends) - hang_began_t(plain_dir)
     print(f"same hang, 2 ranks: watch names rank {report['culprits']} after {named_s:.1f} s (default policy); "
           f"the {timeout_s} s collective timeout fails the job after {failed_s:.1f} s, naming no rank")
     print(f"ratio watchdog/watch: {failed_s / named_s:.0f}x here; at PyTorch's defaults "
           f"{600 / named_s:.0f}x (NCCL, 600 s), {1800 / named_s:.0f}x (gloo, 1800 s)")
 
 
-def last_record_t_before_errors(run_dir: Path) -> float:
-    last = 0.0
-    for path in (run_dir / "ranks").glob("rank-*.jsonl"):
-        for line in path.read_text().splitlines():
-            record = json.loads(line)
-            if record.get("kind") in ("phase_begin", "phase_end", "step"):
-                last = max(last, record["t"])
-    return last
+def hang_began_t(run_dir: Path) -> float:
+    """When rank 1 entered the rollout in which it hangs (step 4)."""
+    for line in (run_dir / "ranks" / "rank-00001.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        if record.get("kind") == "phase_begin" and record.get("phase") == "rollout" and record.get("step") == 4:
+            return record["t"]
+    raise SystemExit(f"no hang recorded in {run_dir}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--skip-64", action="store_true")
-    parser.add_argument("--skip-watchdog", action="store_true")
+    parser.add_argument("--parts", default="latency4,latency64,cpu,watchdog")
     parser.add_argument("--cpu-seconds", type=float, default=30.0)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-watch-") as tmp_name:
         tmp = Path(tmp_name)
-        bench_trainer_latency(tmp, 4)
-        if not args.skip_64:
+        parts = args.parts.split(",")
+        if "latency4" in parts:
+            bench_trainer_latency(tmp, 4)
+        if "latency64" in parts:
             bench_synthetic_latency(tmp, 64)
-        bench_cpu(tmp, 8, args.cpu_seconds)
-        if not args.skip_watchdog:
+        if "cpu" in parts:
+            bench_cpu(tmp, 8, args.cpu_seconds)
+        if "watchdog" in parts:
             bench_vs_watchdog(tmp, 120)
 
 

@@ -23,18 +23,35 @@ class RankProcess:
     cmdline: str
 
 
+# (pid, start time) -> (RANK, LOCAL_RANK) or None: a process's environment never changes, so it
+# is read once, not every second.
+_env_cache: dict[tuple[int, float], tuple[int, int | None] | None] = {}
+
+
+def _rank_env(p: psutil.Process) -> tuple[int, int | None] | None:
+    try:
+        key = (p.pid, p.create_time())
+    except psutil.Error:
+        return None
+    if key not in _env_cache:
+        try:
+            env = p.environ()
+        except psutil.Error:  # gone, or not ours to read
+            return None
+        rank, local = env.get("RANK"), env.get("LOCAL_RANK")
+        _env_cache[key] = (
+            (int(rank), int(local) if local and local.isdigit() else None) if rank and rank.isdigit() else None
+        )
+    return _env_cache[key]
+
+
 def discover_ranks(procs: list[psutil.Process]) -> dict[int, RankProcess]:
     by_pid = {p.pid: p for p in procs}
     env_rank: dict[int, tuple[int, int | None]] = {}
     for p in procs:
-        try:
-            env = p.environ()
-        except psutil.Error:  # gone, or not ours to read
-            continue
-        rank = env.get("RANK")
-        if rank is not None and rank.isdigit():
-            local = env.get("LOCAL_RANK")
-            env_rank[p.pid] = (int(rank), int(local) if local and local.isdigit() else None)
+        found = _rank_env(p)
+        if found is not None:
+            env_rank[p.pid] = found
     found: dict[int, RankProcess] = {}
     for pid, (rank, local_rank) in env_rank.items():
         try:

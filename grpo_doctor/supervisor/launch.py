@@ -81,12 +81,19 @@ class ProcessTree:
         return self.proc.pid
 
     def wait(self, timeout_s: float) -> int | None:
-        """The command's exit status (negative: killed by that signal), or None if still running."""
+        """The command's exit status (negative: killed by that signal), or None if still running.
+
+        One sleep and one poll: Popen.wait(timeout) would wake every 50 ms to poll.
+        """
+        status = self.proc.poll()
+        if status is None:
+            time.sleep(timeout_s)
+            status = self.proc.poll()
+        return status
+
+    def reap_orphans(self) -> None:
+        """Collect exit statuses of orphans re-parented to us, so they do not linger as zombies."""
         self._reap_orphans()
-        try:
-            return self.proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            return None
 
     def descendants(self) -> list[psutil.Process]:
         """Every live process of the tree, the launcher included."""

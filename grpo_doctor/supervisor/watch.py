@@ -34,7 +34,7 @@ from grpo_doctor.supervisor.progress import HangPolicy, ProgressTracker
 from grpo_doctor.supervisor.sampler import Sampler
 
 HANG_EXIT = 124  # the job hung and watch ended it (--on-hang kill), as timeout(1) reports
-LOOP_S = 0.25
+LOOP_S = 0.5  # event-log poll; a stall is judged in seconds, so this costs little latency
 DISCOVER_EVERY_S = 1.0
 NOTED_KINDS = ("cuda-oom", "nccl-timeout", "nccl-error", "rendezvous-failure", "child-failed", "host-oom", "python-traceback")
 
@@ -152,6 +152,7 @@ class Watch:
                 self.console.note(f"seen {sig.kind}: {who}{sig.text.strip()[:200]}")
 
     def _discover(self) -> None:
+        self.tree.reap_orphans()
         found = {r: p.pid for r, p in discover_ranks(self.tree.descendants()).items()}
         for rank, progress in self.tracker.ranks.items():
             if progress.host == self.host and progress.pid and rank not in found and progress.ended is None:
