@@ -211,10 +211,12 @@ def record_from_dict(data: Any) -> Record | UnknownRecord:
     return cls.from_dict(data)
 
 
+@functools.cache
 def _field_names(cls: type) -> frozenset[str]:
     return frozenset(f.name for f in dataclasses.fields(cls))
 
 
+@functools.cache
 def _required_names(cls: type) -> frozenset[str]:
     return frozenset(
         f.name

@@ -146,21 +146,24 @@ class ProcessTree:
             time.sleep(0.05)
 
     def _reap_orphans(self) -> None:
-        """Collect exit statuses of orphans re-parented to us, so they do not linger as zombies."""
+        """Collect exit statuses of orphans re-parented to us, so they do not linger as zombies.
+
+        waitid(WNOWAIT) peeks at the next exited child without collecting it, so the launcher's
+        own status is left for Popen; no scan of /proc.
+        """
         if not self.subreaper:
             return
-        try:
-            children = psutil.Process().children()
-        except psutil.Error:
-            return
-        for child in children:
-            if child.pid == self.proc.pid:
-                continue
+        while True:
             try:
-                if child.status() == psutil.STATUS_ZOMBIE:
-                    os.waitpid(child.pid, os.WNOHANG)
-            except (psutil.Error, ChildProcessError):
-                pass
+                info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:
+                return
+            if info is None or info.si_pid == self.proc.pid:
+                return
+            try:
+                os.waitpid(info.si_pid, os.WNOHANG)
+            except ChildProcessError:
+                return
 
 
 def _alive(p: psutil.Process) -> bool:
