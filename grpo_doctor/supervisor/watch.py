@@ -10,6 +10,7 @@ Typical use:
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
@@ -236,17 +237,22 @@ class Watch:
     # -- records ----------------------------------------------------------------------------
 
     def _write_run_json(self, env_added: dict[str, str]) -> None:
-        run_json = self.paths.run_json
-        data = json.loads(run_json.read_text()) if run_json.exists() else {}
-        data.setdefault("start_t", time.time())
-        data.setdefault("command", self.opts.command)
-        data["grpo_doctor_version"] = __version__
-        data.setdefault("hosts", {})[self.host] = {
-            "pid": os.getpid(), "env_set_by_watch": env_added, "hang_policy": asdict(self.opts.policy),
-            "on_hang": self.opts.on_hang,
-        }
+        """Add this host to run.json; the watches of several nodes may share one run directory."""
         self.paths.root.mkdir(parents=True, exist_ok=True)
-        run_json.write_text(json.dumps(data, indent=2))
+        with open(self.paths.root / ".run.json.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+            run_json = self.paths.run_json
+            data = json.loads(run_json.read_text()) if run_json.exists() else {}
+            data.setdefault("start_t", time.time())
+            data.setdefault("command", self.opts.command)
+            data["grpo_doctor_version"] = __version__
+            data.setdefault("hosts", {})[self.host] = {
+                "pid": os.getpid(), "env_set_by_watch": env_added, "hang_policy": asdict(self.opts.policy),
+                "on_hang": self.opts.on_hang,
+            }
+            partial = run_json.with_suffix(f".{self.host}.tmp")
+            partial.write_text(json.dumps(data, indent=2))
+            partial.replace(run_json)
 
     def _finish(self, status: int | None, exit_status: int, hang_ended: bool) -> None:
         ranks = {}

@@ -173,3 +173,21 @@ def test_a_cuda_oom_in_the_output_is_noted_live(tmp_path):
     assert "grpo-doctor: seen cuda-oom" in out.stderr
     (sigs,) = (tmp_path / "run" / "supervisor").glob("*/signatures.jsonl")
     assert any(json.loads(line)["kind"] == "cuda-oom" for line in sigs.read_text().splitlines())
+
+
+def test_watches_on_two_hosts_share_one_run_directory(tmp_path):
+    if subprocess.run(["unshare", "--uts", "true"], capture_output=True).returncode != 0:
+        pytest.skip("UTS namespaces are not permitted here (needs root or CAP_SYS_ADMIN)")
+    run_dir = tmp_path / "shared"
+    procs = []
+    for host in ("node-a", "node-b"):
+        inner = " ".join(watch_cmd(run_dir) + [sys.executable, "-c", "'print(42)'"])
+        procs.append(subprocess.Popen(["unshare", "--uts", "sh", "-c", f"hostname {host} && exec {inner}"],
+                                      env=clean_env(), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+    for proc in procs:
+        assert proc.wait(timeout=60) == 0, proc.stderr.read()
+    run_json = json.loads((run_dir / "run.json").read_text())
+    assert sorted(run_json["hosts"]) == ["node-a", "node-b"]
+    for host in ("node-a", "node-b"):
+        assert (run_dir / "supervisor" / host / "stdout.log").read_text() == "42\n"
+        assert json.loads((run_dir / "supervisor" / host / "summary.json").read_text())["host"] == host
