@@ -191,3 +191,20 @@ def test_watches_on_two_hosts_share_one_run_directory(tmp_path):
     for host in ("node-a", "node-b"):
         assert (run_dir / "supervisor" / host / "stdout.log").read_text() == "42\n"
         assert json.loads((run_dir / "supervisor" / host / "summary.json").read_text())["host"] == host
+
+
+@pytest.mark.slow
+def test_hundreds_of_megabytes_of_output_pass_through_in_bounded_memory(tmp_path):
+    writer = ("import sys\nout = sys.stdout.buffer\nout.write(b'y' * (20 << 20))\n"
+              "for _ in range(180):\n    out.write((b'x' * 1023 + b'\\n') * 1024)\n")
+    cmd = watch_cmd(tmp_path / "run") + [sys.executable, "-c", writer]
+    probe = ("import resource, subprocess, sys; "
+             "subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, check=True); "
+             "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+    out = subprocess.run([sys.executable, "-c", probe, *cmd], env=clean_env(), cwd=tmp_path, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    peak_rss_mib = int(out.stdout.strip()) / 1024
+    assert peak_rss_mib < 150  # watch streamed 200 MB; holding it would need more than that
+    (saved,) = (tmp_path / "run" / "supervisor").glob("*/stdout.log")
+    assert saved.stat().st_size == (20 << 20) + 180 * 1024 * 1024
