@@ -1,31 +1,57 @@
 """The environment watch gives the job: where to record, and PyTorch's own diagnostics switched on.
 
-A variable the user already set is never overridden; what watch did set is returned so that
-run.json records it.
+A variable the user already set (under either of its names) is never overridden; what watch did
+set is returned so that run.json records it.
 
 Typical use:
     env, added = child_environment(os.environ, run_dir)
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
+from importlib import metadata
 from pathlib import Path
 
 from grpo_doctor.schema import RUN_DIR_ENV, RunPaths
 
+# The NCCL flight recorder's settings: torch 2.9 renamed two of them and warns about the old
+# names (kept as aliases). (old name, new name)
+BUFFER_SIZE = ("TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_FR_BUFFER_SIZE")
+DUMP_FILE = ("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "TORCH_FR_DUMP_TEMP_FILE")
 
-def child_environment(environ: Mapping[str, str], run_dir: Path) -> tuple[dict[str, str], dict[str, str]]:
+
+def child_environment(
+    environ: Mapping[str, str], run_dir: Path, torch_version: str | None = None
+) -> tuple[dict[str, str], dict[str, str]]:
     paths = RunPaths(run_dir.resolve())
+    new_names = _renamed_flight_recorder(torch_version if torch_version is not None else _installed_torch())
     wanted = {
-        RUN_DIR_ENV: str(paths.root),
+        (RUN_DIR_ENV,): str(paths.root),
         # NCCL flight recorder: the last collectives of every rank, dumped when the watchdog fires.
-        "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
-        "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
-        "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": str(paths.flight_recorder / "nccl_trace_rank_"),
+        BUFFER_SIZE: "2000",
+        ("TORCH_NCCL_DUMP_ON_TIMEOUT",): "1",
+        DUMP_FILE: str(paths.flight_recorder / "nccl_trace_rank_"),
         # Python stacks on SIGSEGV / SIGABRT (NCCL teardown) land in the saved output.
-        "PYTHONFAULTHANDLER": "1",
+        ("PYTHONFAULTHANDLER",): "1",
         # Output through a pipe is block-buffered otherwise: minutes late, and lost on SIGKILL.
-        "PYTHONUNBUFFERED": "1",
+        ("PYTHONUNBUFFERED",): "1",
     }
-    added = {k: v for k, v in wanted.items() if k not in environ}
+    added = {}
+    for names, value in wanted.items():
+        if not any(name in environ for name in names):
+            added[names[-1] if new_names else names[0]] = value
     return {**environ, **added}, added
+
+
+def _installed_torch() -> str:
+    """The torch beside watch: usually the job's own environment (watch is installed into it)."""
+    try:
+        return metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        return ""
+
+
+def _renamed_flight_recorder(torch_version: str) -> bool:
+    match = re.match(r"(\d+)\.(\d+)", torch_version)
+    return match is not None and (int(match.group(1)), int(match.group(2))) >= (2, 9)

@@ -12,6 +12,7 @@ import psutil
 import pytest
 from helpers import clean_env, write_program
 
+from grpo_doctor.supervisor.childenv import child_environment
 from grpo_doctor.supervisor.watch import HANG_EXIT
 
 
@@ -156,13 +157,22 @@ def test_output_of_a_non_python_command_passes_through_and_is_saved(tmp_path):
 
 
 def test_the_job_gets_the_run_dir_and_flight_recorder_but_user_settings_win(tmp_path):
-    code = "import os; print(os.environ['GRPO_DOCTOR_RUN_DIR'], os.environ['TORCH_NCCL_TRACE_BUFFER_SIZE'], os.environ['TORCH_NCCL_DUMP_ON_TIMEOUT'])"
+    code = ("import os; print(os.environ['GRPO_DOCTOR_RUN_DIR'], os.environ['TORCH_NCCL_TRACE_BUFFER_SIZE'], "
+            "os.environ['TORCH_NCCL_DUMP_ON_TIMEOUT'], 'TORCH_FR_BUFFER_SIZE' in os.environ)")
     out = run_watch(watch_cmd(tmp_path / "run") + [sys.executable, "-c", code], tmp_path, TORCH_NCCL_TRACE_BUFFER_SIZE="5")
-    assert out.stdout.split() == [str((tmp_path / "run").resolve()), "5", "1"]
+    assert out.stdout.split() == [str((tmp_path / "run").resolve()), "5", "1", "False"]
     run_json = json.loads((tmp_path / "run" / "run.json").read_text())
     (host,) = run_json["hosts"].values()
     assert "TORCH_NCCL_TRACE_BUFFER_SIZE" not in host["env_set_by_watch"]
     assert host["env_set_by_watch"]["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1"
+
+
+def test_flight_recorder_variables_use_the_names_of_the_installed_torch(tmp_path):
+    new, _ = child_environment({}, tmp_path, torch_version="2.13.0+cpu")
+    old, _ = child_environment({}, tmp_path, torch_version="2.5.1")
+    assert new["TORCH_FR_BUFFER_SIZE"] == "2000" and "TORCH_NCCL_TRACE_BUFFER_SIZE" not in new
+    assert new["TORCH_FR_DUMP_TEMP_FILE"].endswith("fr/nccl_trace_rank_")
+    assert old["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "2000" and "TORCH_FR_BUFFER_SIZE" not in old
 
 
 def test_a_cuda_oom_in_the_output_is_noted_live(tmp_path):
