@@ -18,6 +18,7 @@ Typical use:
 from __future__ import annotations
 
 import functools
+import operator
 import os
 import sys
 import threading
@@ -81,10 +82,18 @@ def init(
             _disabled = True
             _say(f"error: {exc}. Recording is off for this process; training goes on")
             return None
+        except Exception as exc:  # NVML, a broken package: the observer must not stop training
+            _disabled = True
+            _say(f"error: recording could not start ({type(exc).__name__}: {exc}); training goes on")
+            return None
         hooks.install(lambda: _recorder, on_fork_child=_forget_in_child)
         wants_history = _env_flag(MEMORY_HISTORY_ENV) if record_memory_history is None else record_memory_history
-        if wants_history and not memory_history.enable():
-            _say("record_memory_history has no effect: CUDA is not available in this process")
+        if wants_history:
+            try:
+                if not memory_history.enable():
+                    _say("record_memory_history has no effect: CUDA is not available in this process")
+            except Exception as exc:
+                _say(f"record_memory_history failed ({type(exc).__name__}: {exc}); recording goes on without it")
         return _recorder.paths.root
 
 
@@ -130,14 +139,20 @@ def step(n: int, **metrics: Any) -> None:
     """
     rec = _recorder if _recorder is not None else _auto_init()
     if rec is not None:
-        rec.step(n, metrics)
+        try:
+            rec.step(_whole_number(n), metrics)
+        except (TypeError, ValueError):
+            _say(f"step({n!r}) ignored: a step must be a whole number")
 
 
 def set_step(n: int | None) -> None:
     """Set the step number carried by the next records, for loops that count steps themselves."""
     rec = _recorder if _recorder is not None else _auto_init()
     if rec is not None:
-        rec.current_step = n
+        try:
+            rec.current_step = None if n is None else _whole_number(n)
+        except (TypeError, ValueError):
+            _say(f"set_step({n!r}) ignored: a step must be a whole number")
 
 
 def memory_snapshot(tag: str = "snapshot") -> Memory | None:
@@ -186,6 +201,17 @@ def _forget_in_child() -> None:
         _recorder.sink.abandon()
         _recorder.ended = True
     _recorder, _disabled = None, True
+
+
+def _whole_number(n: Any) -> int:
+    """numpy integers and 0-d tensors are fine; 2.5 or "2" are not."""
+    try:
+        return operator.index(n)
+    except TypeError:
+        value = int(n)
+        if value != n:
+            raise ValueError(n) from None
+        return value
 
 
 def _env_flag(name: str) -> bool:

@@ -60,13 +60,18 @@ class Recorder:
         self.current_step = start_step
         self.nvml = nvml or Nvml()
         self.ended = False
+        self._end_lock = threading.Lock()  # a handler and the signal watcher may both end us
         self._local = threading.local()
         self._main_stack = self._stack()  # the main thread's phases, for End records from handlers
         self.sink = JsonlSink(
             self.paths.rank_file(ident.rank), encode=self._encode, warn=warn, flush_interval_s=flush_interval_s
         )
-        self.gpu_uuid = current_gpu_uuid(ident.local_rank, self.nvml)
-        self.sink.write_now([self._header()])
+        try:
+            self.gpu_uuid = current_gpu_uuid(ident.local_rank, self.nvml)
+            self.sink.write_now([self._header()])
+        except BaseException:
+            self.sink.close(timeout_s=1.0)  # release the rank file's lock and the flush thread
+            raise
 
     # -- hot path ---------------------------------------------------------------------------
 
@@ -134,10 +139,11 @@ class Recorder:
         if fatal:
             self.end(EndReason.EXCEPTION)
 
-    def end(self, reason: EndReason, signal_name: str | None = None) -> None:
-        if self.ended:
-            return
-        self.ended = True
+    def end(self, reason: EndReason, signal_name: str | None = None, timeout_s: float | None = None) -> None:
+        with self._end_lock:
+            if self.ended:
+                return
+            self.ended = True
         where = self._open_phase()
         end = End(
             *self._common(self.current_step),
@@ -146,11 +152,11 @@ class Recorder:
             open_path=where[1] if where else None,
             num_dropped=self.sink.num_dropped,
         )
-        self.sink.write_now([end])
-        self.sink.close()
+        self.sink.write_now([end], timeout_s)
+        self.sink.close(timeout_s=2.0 if timeout_s is None else timeout_s)
 
-    def flush(self) -> None:
-        self.sink.flush()
+    def flush(self, timeout_s: float | None = None) -> None:
+        self.sink.flush(timeout_s)
 
     # -- helpers ------------------------------------------------------------------------------
 

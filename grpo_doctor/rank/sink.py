@@ -65,28 +65,47 @@ class JsonlSink:
     def enqueue(self, raw: Any) -> None:
         self._pending.append(raw)
 
-    def write_now(self, records: Iterable[Record]) -> None:
-        """Write queued records, then these, before returning."""
-        with self._write_lock:
+    def write_now(self, records: Iterable[Record], timeout_s: float | None = None) -> bool:
+        """Write queued records, then these, before returning; False if the lock was not had in time.
+
+        A signal handler runs on the main thread, which may be inside write_now already, and a
+        dead network filesystem can hold the flush thread in os.write: callers there pass a timeout.
+        """
+        if not self._write_lock.acquire(timeout=-1 if timeout_s is None else timeout_s):
+            return False
+        try:
             self._serialise(self._take_pending())
             self._serialise(records)
             self._write()
+        finally:
+            self._write_lock.release()
+        return True
 
-    def flush(self) -> None:
-        self.write_now(())
+    def flush(self, timeout_s: float | None = None) -> None:
+        self.write_now((), timeout_s)
 
-    def close(self) -> None:
+    def close(self, timeout_s: float = 2.0) -> None:
         self._stop.set()
         if self._thread is not threading.current_thread():
-            self._thread.join(timeout=2.0)
-        self.flush()
-        with self._write_lock:
-            if self._fd is not None:
-                os.close(self._fd)  # closing releases the lock
-                self._fd = None
+            self._thread.join(timeout=timeout_s)
+        if self._write_lock.acquire(timeout=timeout_s):
+            try:
+                self._serialise(self._take_pending())
+                self._write()
+                if self._fd is not None:
+                    os.close(self._fd)  # closing releases the lock
+                    self._fd = None
+            finally:
+                self._write_lock.release()
 
     def abandon(self) -> None:
-        """In a forked child: never write to the parent's file (its lock and thread are not ours)."""
+        """In a forked child: never write to the parent's file (its lock and thread are not ours).
+
+        The child's copy of the descriptor is closed: flock belongs to the open file, so a child
+        outliving the rank would otherwise keep a restarted rank from recording.
+        """
+        if self._fd is not None:
+            os.close(self._fd)  # the parent's own descriptor keeps the lock
         self._pending, self._fd = deque(), None
         self._stop.set()
 

@@ -171,3 +171,35 @@ def test_a_full_disk_degrades_recording_once_and_training_goes_on(tmp_path):
     assert out.returncode == 0 and out.stdout.strip() == "trained"
     (line,) = out.stderr.strip().splitlines()
     assert "No space left on device" in line and "free space" in line
+
+
+def test_sigterm_ends_a_rank_blocked_inside_a_collective_with_its_end_record(tmp_path):
+    store = tmp_path / "store"
+    source = """
+        import sys, time, torch, torch.distributed as dist, grpo_doctor as gd
+        rank = int(sys.argv[1])
+        dist.init_process_group("gloo", init_method="file://{store}", rank=rank, world_size=2)
+        gd.init("run")
+        if rank == 1:
+            print("inside", flush=True)
+            time.sleep(600)  # never joins the collective
+        with gd.phase("reward"):
+            print("inside", flush=True)
+            dist.all_reduce(torch.ones(1))  # blocks in C++: Python signal handlers cannot run
+    """.replace("{store}", str(store))
+    prog = write_program(tmp_path, source)
+    procs = [subprocess.Popen([sys.executable, str(prog), str(rank)], env=clean_env(RANK=str(rank), WORLD_SIZE="2"),
+                              cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for rank in (0, 1)]
+    try:
+        for proc in procs:
+            assert proc.stdout.readline().strip() == "inside"
+        _wait_for_open_phase(tmp_path / "run", "reward")
+        procs[0].send_signal(signal.SIGTERM)
+        assert procs[0].wait(timeout=15) == -signal.SIGTERM  # as without grpo-doctor, not SIGKILL later
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait(timeout=10)
+    end = load_run([tmp_path / "run"]).ranks[0].end
+    assert (end.reason, end.signal, end.open_path) == ("signal", "SIGTERM", "reward")
