@@ -92,13 +92,21 @@ class RankLog:
         return self.records[-1] if self.records else None
 
     @property
+    def current_attempt(self) -> list[Record | UnknownRecord]:
+        """Records since the last header: a rank restarted by torchrun starts a new attempt."""
+        starts = [i for i, r in enumerate(self.records) if isinstance(r, Header)]
+        return self.records[starts[-1]:] if starts else self.records
+
+    @property
     def end(self) -> End | None:
-        ends = self.of_kind(End)
+        """How the latest attempt ended; None while it runs, or when it was killed outright."""
+        ends = [r for r in self.current_attempt if isinstance(r, End)]
         return ends[-1] if ends else None
 
     @property
     def errors(self) -> list[Error]:
-        return self.of_kind(Error)
+        """Errors of the latest attempt."""
+        return [r for r in self.current_attempt if isinstance(r, Error)]
 
 
 @dataclass

@@ -113,3 +113,15 @@ def test_an_unreadable_rank_file_is_a_warning_and_the_other_ranks_load(tmp_path)
     run = load_run([tmp_path])
     assert sorted(run.ranks) == [0]
     assert any("rank-00001.jsonl: cannot be read" in w for w in run.warnings)
+
+
+def test_a_restarted_rank_is_judged_by_its_latest_attempt(tmp_path):
+    records = [
+        _header(0, 1),
+        End(**_common(0), reason="exit"),
+        _header(0, 1),
+        PhaseBegin(**_common(0, step=3), phase="rollout", path="rollout"),
+    ]
+    write_rank(tmp_path, 0, records)
+    log = load_run([tmp_path]).ranks[0]
+    assert log.end is None and log.open_path == "rollout"  # killed in its second attempt

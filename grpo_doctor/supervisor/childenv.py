@@ -37,7 +37,9 @@ def child_environment(
         # Output through a pipe is block-buffered otherwise: minutes late, and lost on SIGKILL.
         ("PYTHONUNBUFFERED",): "1",
     }
-    added = {}
+    # The one exception to "the user's setting wins": the ranks must write where watch reads.
+    added = {RUN_DIR_ENV: str(paths.root)} if environ.get(RUN_DIR_ENV) != str(paths.root) else {}
+    del wanted[(RUN_DIR_ENV,)]
     for names, value in wanted.items():
         if not any(name in environ for name in names):
             added[names[-1] if new_names else names[0]] = value

@@ -103,6 +103,8 @@ class ProcessTree:
         except psutil.Error:
             return []
         if not self.subreaper:  # without a subreaper, orphans escaped: only the launcher's subtree is ours
+            if self.proc.returncode is not None:
+                return []  # reaped: its pid may belong to someone else now
             try:
                 root = psutil.Process(self.proc.pid)
                 procs = [root, *root.children(recursive=True)]
@@ -113,7 +115,7 @@ class ProcessTree:
     def forward(self, signum: int) -> None:
         """Send a signal to the launcher only (torchrun passes SIGINT/SIGTERM on to its workers)."""
         try:
-            os.kill(self.proc.pid, signum)
+            self.proc.send_signal(signum)  # does nothing once the launcher is reaped (its pid may be reused)
         except ProcessLookupError:
             pass
 

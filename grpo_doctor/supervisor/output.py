@@ -21,6 +21,10 @@ MAX_LINE_BYTES = 64 * 1024
 CHUNK_BYTES = 64 * 1024
 
 
+def _discard(data: bytes) -> None:
+    pass
+
+
 class OutputTee:
     def __init__(
         self,
@@ -56,7 +60,12 @@ class OutputTee:
                 if not chunk:
                     break
                 self.num_bytes += len(chunk)
-                self._write(chunk)
+                try:
+                    self._write(chunk)
+                except OSError:
+                    # Our reader went away (`| head`, a dead ssh): keep draining, or the job
+                    # blocks on its next write once the pipe is full.
+                    self._write = _discard
                 try:
                     log.write(chunk)
                     log.flush()

@@ -83,7 +83,7 @@ class RankProgress:
             self.step = record.step
         advance_open_phases(self.stack, record)
         if isinstance(record, Header):
-            self.ended = None
+            self.ended = self.error = None
         elif isinstance(record, Step):
             self.step = record.step + 1
         elif isinstance(record, Error):
@@ -133,9 +133,14 @@ class ProgressTracker:
                 tail = self._tails.setdefault(path, _Tail(path))
                 for line in tail.read_lines():
                     record = self._parse(line)
-                    if record is not None:
+                    if record is None:
+                        continue
+                    try:
                         self.ranks.setdefault(record.rank, RankProgress(record.rank)).apply(record, now_mono)
-                        new.append(record)
+                    except (TypeError, ValueError, AttributeError):  # a field of the wrong type
+                        self.num_bad_lines += 1
+                        continue
+                    new.append(record)
         return new
 
     def _parse(self, line: bytes) -> Record | None:
@@ -149,7 +154,13 @@ class ProgressTracker:
         return record if isinstance(record, Record) else None
 
     def timeout_s(self, progress: RankProgress) -> float:
-        return self.policy.timeout_s(progress.longest_s.get(progress.open_path or ""))
+        key = progress.open_path or ""
+        learned = self.policy.timeout_s(progress.longest_s.get(key))
+        if key == "" and self.policy.fixed_s is None:
+            # Between phases run checkpoint saves and evaluations the loop did not mark: a few
+            # short gaps seen so far say nothing about them.
+            return max(learned, self.policy.initial_s)
+        return learned
 
     def stalled(self, now_mono: float) -> dict[int, float]:
         """Ranks still running that made no progress for longer than their timeout: rank -> idle s."""

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -71,6 +72,7 @@ class Watch:
         self._interrupts = 0
         self._last_output_mono = time.monotonic()
         self._reported_stall: tuple | None = None
+        self._internal_errors: set[type] = set()
         self._ending = False  # after watch itself signals the job, its tracebacks are our doing
 
     # -- main loop ------------------------------------------------------------------------
@@ -99,20 +101,23 @@ class Watch:
             next_discovery = 0.0
             while status is None:
                 status = self.tree.wait(LOOP_S)
-                now = time.monotonic()
-                self.tracker.poll(now)
-                if now >= next_discovery:
-                    self._discover()
-                    next_discovery = now + DISCOVER_EVERY_S
-                self._update_panel(now)
-                if status is None and self._hung(now):
-                    self._investigate()
-                    if self.opts.on_hang == "kill":
-                        self.console.note("ending the job (--on-hang kill)")
-                        self._ending = True
-                        self.tree.end(self.opts.grace_s)
-                        hang_ended = True
-                        status = self.tree.wait(1.0)
+                try:
+                    now = time.monotonic()
+                    self.tracker.poll(now)
+                    if now >= next_discovery:
+                        self._discover()
+                        next_discovery = now + DISCOVER_EVERY_S
+                    self._update_panel(now)
+                    if status is None and self._hung(now):
+                        self._investigate()
+                        if self.opts.on_hang == "kill":
+                            self.console.note("ending the job (--on-hang kill)")
+                            self._ending = True
+                            self.tree.end(self.opts.grace_s)
+                            hang_ended = True
+                            status = self.tree.wait(1.0)
+                except Exception as exc:  # supervision failing must never be what ends the job
+                    self._internal_error(exc)
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
@@ -129,6 +134,14 @@ class Watch:
         return exit_status
 
     # -- pieces -----------------------------------------------------------------------------
+
+    def _internal_error(self, exc: Exception) -> None:
+        with (self.sup_dir / "watch-errors.log").open("a") as f:
+            f.write("".join(traceback.format_exception(exc)) + "\n")
+        if type(exc) not in self._internal_errors:
+            self._internal_errors.add(type(exc))
+            self.console.note(f"internal error, supervision goes on and the job is untouched "
+                              f"({type(exc).__name__}: {exc}; details in {self.sup_dir / 'watch-errors.log'})")
 
     def _child_output(self, stream: str, data: bytes) -> None:
         self._last_output_mono = time.monotonic()
@@ -154,9 +167,12 @@ class Watch:
 
     def _discover(self) -> None:
         self.tree.reap_orphans()
-        found = {r: p.pid for r, p in discover_ranks(self.tree.descendants()).items()}
+        tree = self.tree.descendants()
+        in_tree = {p.pid for p in tree}
+        found = {r: p.pid for r, p in discover_ranks(tree).items()}
         for rank, progress in self.tracker.ranks.items():
-            if progress.host == self.host and progress.pid and rank not in found and progress.ended is None:
+            # A reused run directory holds pids of an earlier job: follow only processes of ours.
+            if progress.host == self.host and progress.pid in in_tree and rank not in found and progress.ended is None:
                 found[rank] = progress.pid
         for rank, pid in list(self.rank_pids.items()):
             if rank not in self.gone and not is_alive(pid):

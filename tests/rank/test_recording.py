@@ -132,3 +132,18 @@ def test_a_forked_worker_does_not_write_into_its_rank_file(tmp_path):
     log = load_run([tmp_path / "run"]).ranks[0]
     assert [p.phase for p in log.of_kind(PhaseBegin)] == ["parent"] and log.last_step is None
     assert len(log.pids) == 1
+
+
+def test_steps_counted_with_numpy_are_whole_numbers_and_a_fraction_is_refused_once(tmp_path):
+    out = run_program(tmp_path, """
+        import numpy as np, grpo_doctor as gd
+        gd.init("run")
+        for n in np.arange(3):
+            gd.step(n)
+        gd.step(2.5)
+        gd.step(2.5)
+    """)
+    assert out.returncode == 0
+    steps = load_run([tmp_path / "run"]).ranks[0].of_kind(Step)
+    assert [s.step for s in steps] == [0, 1, 2] and all(type(s.step) is int for s in steps)
+    assert out.stderr.count("step(2.5) ignored: a step must be a whole number") == 1

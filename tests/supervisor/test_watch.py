@@ -218,3 +218,22 @@ def test_hundreds_of_megabytes_of_output_pass_through_in_bounded_memory(tmp_path
     assert peak_rss_mib < 150  # watch streamed 200 MB; holding it would need more than that
     (saved,) = (tmp_path / "run" / "supervisor").glob("*/stdout.log")
     assert saved.stat().st_size == (20 << 20) + 180 * 1024 * 1024
+
+
+def test_a_closed_terminal_pipe_does_not_block_the_job(tmp_path):
+    writer = "import sys\nfor i in range(200000):\n    print('line', i)\nprint('done', file=sys.stderr)"
+    cmd = " ".join(watch_cmd(tmp_path / "run") + [sys.executable, "-c", f'"{writer}"'])
+    out = subprocess.run(["bash", "-c", f"set -o pipefail; {cmd} | head -c 1000 > /dev/null"], env=clean_env(),
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert "done" in out.stderr  # the job ran to its end
+    (saved,) = (tmp_path / "run" / "supervisor").glob("*/stdout.log")
+    assert saved.read_text().splitlines()[-1] == "line 199999"
+
+
+def test_a_record_with_a_malformed_step_does_not_stop_supervision(tmp_path):
+    writer = ("import json, os, time; d = os.environ['GRPO_DOCTOR_RUN_DIR'] + '/ranks'; os.makedirs(d)\n"
+              "open(d + '/rank-00000.jsonl', 'w').write(json.dumps({'schema': 1, 'kind': 'step', 'rank': 0, "
+              "'host': 'h', 'pid': 1, 'step': '2', 't': 1.0, 'mono': 1.0, 'metrics': {}}) + '\\n')\n"
+              "time.sleep(3); print('finished')")
+    out = run_watch(watch_cmd(tmp_path / "run") + [sys.executable, "-c", writer], tmp_path)
+    assert out.returncode == 0 and out.stdout.strip() == "finished"
