@@ -10,10 +10,10 @@ import argparse
 import sys
 
 from grpo_doctor._version import __version__
-from grpo_doctor.cli import demo, summary, watch
+from grpo_doctor.cli import demo, report, summary, watch
 from grpo_doctor.cli.errors import UserError
 
-SUBCOMMANDS = (watch, demo, summary)
+SUBCOMMANDS = (watch, demo, summary, report)
 
 EPILOG = """\
 examples:
@@ -22,6 +22,7 @@ examples:
   grpo-doctor demo --inject hang:rank=1,phase=rollout,step=2 --dist-timeout-s 20
   grpo-doctor summary grpo-doctor-runs/RUN      per-rank state of a run, live or finished
   grpo-doctor summary node0/RUN node1/RUN       one run directory per node
+  grpo-doctor report RUN [LOGS...]              findings with remedies; writes findings.json
 
 inside a training script:
   import grpo_doctor as gd

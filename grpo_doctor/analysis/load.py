@@ -1,0 +1,210 @@
+"""Everything known about a run, gathered from any mix of run directories and raw log files.
+
+A run directory contributes its rank files (via `eventlog.load_run`) and the artifacts of each
+node's `grpo-doctor watch` under `supervisor/<host>/` (summary.json, hang-N.json,
+signatures.jsonl); a directory with `supervisor/` but no `ranks/` is an uninstrumented watched
+run. Any other file is read as raw text (torchrun / ms-swift / TRL output, dmesg) through the
+signature parsers: binary, empty or huge files are fine, unknown text is no error.
+
+Tables (pandas, only inside analysis/ and report/):
+  phases:     rank, host, step, phase, path, begin_t, end_t, duration_s, error  (open phases: end_t NaN)
+  steps:      rank, host, step, t, and one column per metric
+  errors:     rank, host, step, t, exc_type, message, phase, path
+  signatures: kind, rank, host, source, line_number, text, fields (the kind's dict, see logs.kinds)
+
+Typical use:
+    ev = load_evidence(["runs/job-17", "node1-stderr.log"])
+    print(ev.phases.groupby("rank").duration_s.median())
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from grpo_doctor.eventlog import RunDirError, RunLog, load_run
+from grpo_doctor.logs.signatures import Signature, scan_file
+from grpo_doctor.schema import Error, Header, PhaseBegin, PhaseEnd, RunPaths, Step
+
+PHASE_COLUMNS = ["rank", "host", "step", "phase", "path", "begin_t", "end_t", "duration_s", "error"]
+STEP_COLUMNS = ["rank", "host", "step", "t"]
+ERROR_COLUMNS = ["rank", "host", "step", "t", "exc_type", "message", "phase", "path"]
+SIGNATURE_COLUMNS = ["kind", "rank", "host", "source", "line_number", "text", "fields"]
+
+
+class EvidenceError(Exception):
+    """A path given to `load_evidence` cannot be used; carries a hint for the user."""
+
+    def __init__(self, message: str, hint: str):
+        super().__init__(message)
+        self.hint = hint
+
+
+@dataclass
+class Evidence:
+    """The loaded run: rank logs, watch artifacts, signatures from logs, and the tables above."""
+
+    paths: list[Path]
+    run: RunLog | None = None
+    hangs: list[dict[str, Any]] = field(default_factory=list)  # hang-N.json contents, plus "file"
+    summaries: dict[str, dict[str, Any]] = field(default_factory=dict)  # host -> summary.json
+    signature_rows: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    phases: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=PHASE_COLUMNS))
+    steps: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=STEP_COLUMNS))
+    errors: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=ERROR_COLUMNS))
+    signatures: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=SIGNATURE_COLUMNS))
+
+    @property
+    def headers(self) -> dict[int, Header]:
+        if self.run is None:
+            return {}
+        return {rank: log.header for rank, log in sorted(self.run.ranks.items()) if log.header is not None}
+
+    def host_of(self, rank: int | None) -> str | None:
+        if rank is None or self.run is None or rank not in self.run.ranks:
+            return None
+        log = self.run.ranks[rank]
+        if log.header is not None:
+            return log.header.host
+        first = next((r for r in log.records if hasattr(r, "host")), None)
+        return getattr(first, "host", None)
+
+    @property
+    def known_ranks(self) -> set[int]:
+        """Every rank any source mentions (rank files, world size, watch, signatures)."""
+        ranks: set[int] = set()
+        if self.run is not None:
+            ranks |= set(self.run.ranks)
+            if self.run.world_size:
+                ranks |= set(range(self.run.world_size))
+        for summary in self.summaries.values():
+            ranks |= {int(r) for r in summary.get("ranks", {})}
+        ranks |= {int(row["rank"]) for row in self.signature_rows if row["rank"] is not None}
+        return ranks
+
+
+def load_evidence(paths: Sequence[str | Path]) -> Evidence:
+    if not paths:
+        raise EvidenceError("no path given", "pass a run directory, or log files of a run that was not instrumented")
+    ev = Evidence(paths=[Path(p) for p in paths])
+    rank_sources: list[Path] = []
+    for path in ev.paths:
+        if not path.exists():
+            raise EvidenceError(f"{path} does not exist", "check the path; run directories are printed at start-up")
+        if path.is_file():
+            if path.name.startswith("rank-") and path.suffix == ".jsonl":
+                rank_sources.append(path)
+            else:
+                _add_signatures(ev, scan_file(path), source=str(path), host=None)
+            continue
+        paths_in = RunPaths(path)
+        has_ranks = paths_in.ranks.is_dir() and any(paths_in.ranks.glob("rank-*.jsonl"))
+        has_supervisor = paths_in.supervisor.is_dir()
+        if has_ranks:
+            rank_sources.append(path)
+        if has_supervisor:
+            _load_supervisor(ev, paths_in.supervisor)
+        if not has_ranks and not has_supervisor:
+            files = sorted(p for p in path.iterdir() if p.is_file())
+            if not files:
+                raise EvidenceError(f"{path} holds no rank files, no supervisor/ and no log files",
+                                    "pass a run directory written by grpo-doctor (not its parent), or log files")
+            for file in files:
+                _add_signatures(ev, scan_file(file), source=str(file), host=None)
+    if rank_sources:
+        try:
+            ev.run = load_run(rank_sources)
+        except RunDirError as exc:
+            raise EvidenceError(str(exc), exc.hint) from None
+        ev.warnings += ev.run.warnings
+    _build_tables(ev)
+    return ev
+
+
+def _load_supervisor(ev: Evidence, supervisor: Path) -> None:
+    for host_dir in sorted(p for p in supervisor.iterdir() if p.is_dir()):
+        host = host_dir.name
+        summary = host_dir / "summary.json"
+        if summary.is_file():
+            data = _read_json(ev, summary)
+            if isinstance(data, dict):
+                ev.summaries[host] = data
+        for hang_file in sorted(host_dir.glob("hang-*.json"), key=_hang_number):
+            data = _read_json(ev, hang_file)
+            if isinstance(data, dict):
+                ev.hangs.append({**data, "host": data.get("host") or host, "file": str(hang_file)})
+        sig_file = host_dir / "signatures.jsonl"
+        if sig_file.is_file():
+            _add_signatures(ev, _read_signatures(ev, sig_file), source=str(sig_file), host=host)
+        else:  # watch died before writing its signatures: scan what it saved of the output
+            for name in ("stdout.log", "stderr.log"):
+                if (host_dir / name).is_file():
+                    _add_signatures(ev, scan_file(host_dir / name), source=str(host_dir / name), host=host)
+
+
+def _hang_number(path: Path) -> int:
+    digits = path.stem.rpartition("-")[2]
+    return int(digits) if digits.isdigit() else 0
+
+
+def _read_json(ev: Evidence, path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(errors="replace"))
+    except (OSError, ValueError) as exc:
+        ev.warnings.append(f"{path}: cannot be read ({exc}); left out")
+        return None
+
+
+def _read_signatures(ev: Evidence, path: Path) -> list[Signature]:
+    out, bad = [], 0
+    with path.open(errors="replace") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            try:
+                out.append(Signature.from_dict(json.loads(line)))
+            except (ValueError, KeyError, TypeError):
+                bad += 1
+    if bad:
+        ev.warnings.append(f"{path}: skipped {bad} unreadable line(s)")
+    return out
+
+
+def _add_signatures(ev: Evidence, signatures: list[Signature], source: str, host: str | None) -> None:
+    for sig in signatures:
+        ev.signature_rows.append({"kind": sig.kind, "rank": sig.rank, "host": host, "source": source,
+                                  "line_number": sig.line_number, "text": sig.text, "fields": sig.fields})
+
+
+def _build_tables(ev: Evidence) -> None:
+    phases, steps, errors = [], [], []
+    for rank, log in sorted((ev.run.ranks if ev.run else {}).items()):
+        host = ev.host_of(rank)
+        open_begins: list[PhaseBegin] = []
+        for rec in log.records:
+            if isinstance(rec, Header):
+                open_begins.clear()
+            elif isinstance(rec, PhaseBegin):
+                open_begins.append(rec)
+            elif isinstance(rec, PhaseEnd):
+                while open_begins:
+                    begin = open_begins.pop()
+                    if begin.path == rec.path:
+                        phases.append([rank, host, begin.step, rec.phase, rec.path, begin.t, rec.t,
+                                       rec.duration_s, rec.error])
+                        break
+            elif isinstance(rec, Step):
+                steps.append({"rank": rank, "host": host, "step": rec.step, "t": rec.t, **rec.metrics})
+            elif isinstance(rec, Error):
+                errors.append([rank, host, rec.step, rec.t, rec.exc_type, rec.message, rec.phase, rec.path])
+        for begin in open_begins:
+            phases.append([rank, host, begin.step, begin.phase, begin.path, begin.t, None, None, None])
+    ev.phases = pd.DataFrame(phases, columns=PHASE_COLUMNS)
+    ev.steps = pd.DataFrame(steps, columns=None if steps else STEP_COLUMNS)
+    ev.errors = pd.DataFrame(errors, columns=ERROR_COLUMNS)
+    ev.signatures = pd.DataFrame(ev.signature_rows, columns=SIGNATURE_COLUMNS)

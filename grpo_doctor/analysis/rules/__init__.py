@@ -1,0 +1,43 @@
+"""The rules, listed explicitly, and the loop that runs them over loaded evidence.
+
+Each rule is one module here with `ID`, a frozen `Config` (documented thresholds), `HINTS`
+(its remedy text) and `check(run, cfg) -> Iterator[Finding]`. Adding a rule: one new file, one
+line in `RULES`, and its test in tests/analysis/ (a test checks all three).
+
+Typical use:
+    findings, warnings = run_rules(load_evidence(["runs/job-17"]))
+"""
+from __future__ import annotations
+
+from types import ModuleType
+
+from grpo_doctor.analysis.findings import Finding, sort_findings
+from grpo_doctor.analysis.load import Evidence
+from grpo_doctor.analysis.rules import (
+    config_mismatch,
+    cuda_oom,
+    hang,
+    nccl_timeout,
+    rank_crash,
+    straggler,
+    version_mismatch,
+)
+
+RULES: list[ModuleType] = [hang, rank_crash, cuda_oom, nccl_timeout, config_mismatch, version_mismatch, straggler]
+
+
+def rule_name(rule: ModuleType) -> str:
+    return rule.__name__.rpartition(".")[2]
+
+
+def run_rules(evidence: Evidence, rules: list[ModuleType] | None = None) -> tuple[list[Finding], list[str]]:
+    """Every rule's findings (most severe first) and the warnings: the evidence's own, and one per
+    rule that failed (a broken rule must not hide what the others found)."""
+    findings: list[Finding] = []
+    warnings = list(evidence.warnings)
+    for rule in RULES if rules is None else rules:
+        try:
+            findings.extend(rule.check(evidence, rule.Config()))
+        except Exception as exc:  # noqa: BLE001 - reported, never fatal
+            warnings.append(f"rule {rule_name(rule)} failed ({type(exc).__name__}: {exc}); its findings are missing")
+    return sort_findings(findings), warnings

@@ -1,0 +1,62 @@
+"""`config-mismatch`: launch settings differ between hosts (CASES.md case 1: ranks take different code
+paths and wait in different collectives; case 3: unequal GPUs per node).
+
+Compared per host (the first rank's header on each host): NNODES, NPROC_PER_NODE, WORLD_SIZE,
+MASTER_ADDR, MASTER_PORT, every NCCL_* variable, the number of CUDA_VISIBLE_DEVICES and the
+local world size. Evidence keys: `differences` ({setting: {host: value}}; None = not set).
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from grpo_doctor.analysis.findings import Finding
+from grpo_doctor.analysis.load import Evidence
+
+ID = "config-mismatch"
+
+HINTS = (
+    "Make every node's launch identical except NODE_RANK: same NNODES, NPROC_PER_NODE, MASTER_ADDR, MASTER_PORT, "
+    "CUDA_VISIBLE_DEVICES count and use_vllm (export them from one shared script).",
+    "Use the same number of GPUs on every node (NPROC_PER_NODE equal everywhere); unequal nodes make stragglers.",
+    "Keep NCCL_* variables (NCCL_SOCKET_IFNAME, NCCL_IB_DISABLE, ...) the same on all nodes.",
+)
+CRITICAL_SETTINGS = ("NNODES", "NPROC_PER_NODE", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                     "CUDA_VISIBLE_DEVICES (count)", "local_world_size")
+
+
+@dataclass(frozen=True)
+class Config:
+    settings: tuple[str, ...] = ("NNODES", "NPROC_PER_NODE", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+    prefixes: tuple[str, ...] = ("NCCL_",)  # every variable with one of these prefixes is compared too
+
+
+def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
+    per_host: dict[str, dict[str, object]] = {}
+    ranks_of: dict[str, list[int]] = {}
+    for rank, header in run.headers.items():
+        ranks_of.setdefault(header.host, []).append(rank)
+        if header.host in per_host:
+            continue
+        launch = header.launch or {}
+        values: dict[str, object] = {k: launch.get(k) for k in cfg.settings}
+        values |= {k: v for k, v in launch.items() if k.startswith(cfg.prefixes)}
+        cvd = launch.get("CUDA_VISIBLE_DEVICES")
+        values["CUDA_VISIBLE_DEVICES (count)"] = len([d for d in cvd.split(",") if d.strip()]) if cvd else None
+        values["local_world_size"] = header.local_world_size
+        per_host[header.host] = values
+    if len(per_host) < 2:
+        return
+    keys = sorted({k for values in per_host.values() for k in values})
+    differences = {k: {h: v.get(k) for h, v in per_host.items()} for k in keys
+                   if len({repr(v.get(k)) for v in per_host.values()}) > 1}
+    if not differences:
+        return
+    critical = any(k in CRITICAL_SETTINGS for k in differences)
+    ranks = sorted(r for rs in ranks_of.values() for r in rs)
+    yield Finding(
+        id=ID, severity="critical" if critical else "warning",
+        title=f"launch settings differ between hosts: {', '.join(differences)}",
+        ranks=tuple(ranks), hosts=tuple(sorted(per_host)), step=None, phase=None,
+        evidence={"differences": differences}, hints=HINTS,
+    )

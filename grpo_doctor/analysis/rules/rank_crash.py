@@ -1,0 +1,121 @@
+"""`rank-crash`: a training process ended abnormally.
+
+Sources: Error records (an uncaught exception), End records with reason exception or signal,
+ranks whose log stops without an End record once the run is over (killed: SIGKILL, OOM killer,
+node loss), watch's summary (`gone`), and torchrun's ChildFailedError lines in raw logs.
+Ranks that failed the same way are one finding. A rank stopped by SIGTERM/SIGINT/SIGHUP while
+another rank failed is collateral (the launcher tears the job down), and so is an exception
+saying a peer went away (gloo's "Connection closed by peer"): a warning, not critical.
+
+Evidence keys: `exc_type`, `message` (first 500 characters), `signal`, `exitcode`, `source`
+("event-log", "watch" or the log file), `root_cause` (torchrun's first failure, when stated).
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from grpo_doctor.analysis.findings import Finding
+from grpo_doctor.analysis.load import Evidence
+from grpo_doctor.logs.kinds import CHILD_FAILED
+from grpo_doctor.rankset import format_ranks
+from grpo_doctor.schema import End
+
+ID = "rank-crash"
+
+HINTS = (
+    "Read the first failing rank's traceback (the error record, or the root-cause entry of torchrun's "
+    "ChildFailedError block): the other ranks usually fail only because it left.",
+    "Killed by SIGKILL without a traceback: look for the kernel OOM killer (dmesg -T | grep -i oom) and lower "
+    "host memory use (fewer dataloader_num_workers, ZeRO-3 offload_optimizer off, smaller batch).",
+    "Exit on SIGABRT after an NCCL timeout: the crash is a symptom; see the nccl-timeout / hang findings.",
+)
+COLLATERAL_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP")
+# Exception messages of a rank whose peer died first (gloo, NCCL, c10d): the effect, not the cause.
+PEER_LOST = ("Connection closed by peer", "Connection reset by peer", "remote worker crashing",
+             "remote process exited", "Broken pipe", "NCCL communicator was aborted")
+
+
+@dataclass(frozen=True)
+class Config:
+    message_chars: int = 500  # how much of an exception message goes into the evidence
+
+
+def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
+    crashes: dict[int, dict[str, Any]] = {}  # rank -> what is known of its end
+    for rank, log in sorted((run.run.ranks if run.run else {}).items()):
+        end, errors = log.end, log.errors
+        if errors:
+            err = errors[-1]
+            crashes[rank] = {"exc_type": err.exc_type, "message": err.message[: cfg.message_chars],
+                             "phase": err.phase, "step": err.step, "source": "event-log"}
+        if isinstance(end, End) and str(end.reason) in ("exception", "signal"):
+            info = crashes.setdefault(rank, {"phase": end.open_path, "step": end.step, "source": "event-log"})
+            info["signal"] = end.signal
+        elif end is None and _run_is_over(run):
+            last = log.last_record
+            crashes.setdefault(rank, {"phase": log.open_path, "step": getattr(last, "step", None),
+                                      "source": "event-log", "message": "log stops without an end record"})
+    for summary in run.summaries.values():
+        for rank_s, info in (summary.get("ranks") or {}).items():
+            if info.get("gone"):
+                entry = crashes.setdefault(int(rank_s), {"phase": info.get("open_phase"), "step": info.get("step"),
+                                                         "source": "watch"})
+                entry.setdefault("message", info["gone"])
+    for row in run.signature_rows:
+        f = row["fields"]
+        if row["kind"] != CHILD_FAILED or f.get("rank") is None or (f.get("exitcode") in (0, None) and not f.get("signal")):
+            continue
+        entry = crashes.setdefault(int(f["rank"]), {"phase": None, "step": None, "source": row["source"]})
+        entry.setdefault("signal", f.get("signal"))
+        entry["exitcode"] = f.get("exitcode")
+        entry["root_cause"] = f.get("root_cause")
+        entry.setdefault("host", f.get("host") or row["host"])
+    if any(s.get("hang_ended_by_watch") for s in run.summaries.values()):
+        # watch ended a hung job: the ranks it stopped are the `hang` finding, not crashes.
+        crashes = {r: info for r, info in crashes.items() if not _collateral(info)}
+    if not crashes:
+        return
+    any_primary = any(not _collateral(info) for info in crashes.values())
+    groups: dict[tuple, list[int]] = {}
+    for rank, info in sorted(crashes.items()):
+        key = (info.get("exc_type"), info.get("signal"), info.get("exitcode"), info.get("phase"), info.get("step"),
+               _collateral(info))
+        groups.setdefault(key, []).append(rank)
+    # Primary failures first, then the ranks the launcher stopped because of them.
+    ordered = sorted(groups.items(), key=lambda item: any_primary and _collateral(crashes[item[1][0]]))
+    for (exc_type, signal, exitcode, phase, step, _), ranks in ordered:
+        info = crashes[ranks[0]]
+        collateral = any_primary and _collateral(info)
+        stopped = not any_primary  # only signals from outside: a scheduler, a launcher, Ctrl-C
+        how = exc_type or (f"signal {signal}" if signal else None) or (
+            f"exit code {exitcode}" if exitcode is not None else info.get("message") or "unknown cause")
+        where = (f" in {phase}" if phase else "") + (f" at step {step}" if step is not None else "")
+        if collateral:
+            title = f"rank(s) {format_ranks(ranks)} ended ({how}) after another rank failed"
+        elif stopped:
+            title = (f"rank(s) {format_ranks(ranks)} were stopped from outside ({how}{where}): "
+                     "a scheduler time limit, preemption, the launcher or Ctrl-C")
+        else:
+            title = f"rank(s) {format_ranks(ranks)} crashed: {how}{where}"
+        hosts = sorted({h for h in (run.host_of(r) or crashes[r].get("host") for r in ranks) if h})
+        yield Finding(
+            id=ID, severity="warning" if collateral or stopped else "critical", title=title, ranks=tuple(ranks),
+            hosts=tuple(hosts), step=step, phase=phase,
+            evidence={"exc_type": exc_type, "message": info.get("message"), "signal": signal, "exitcode": exitcode,
+                      "source": info.get("source"), "root_cause": info.get("root_cause")},
+            hints=HINTS,
+        )
+
+
+def _collateral(info: dict[str, Any]) -> bool:
+    if info.get("exc_type") is None:
+        return info.get("signal") in COLLATERAL_SIGNALS
+    return any(marker in (info.get("message") or "") for marker in PEER_LOST)
+
+
+def _run_is_over(run: Evidence) -> bool:
+    """A rank without an end record is only suspicious once the job is over: watch says so, or
+    another rank ended."""
+    return bool(run.summaries) or any(log.end is not None for log in (run.run.ranks.values() if run.run else ()))

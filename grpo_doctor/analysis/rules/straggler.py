@@ -1,0 +1,62 @@
+"""`straggler`: one rank is consistently slower in a phase than the others (CASES.md case 3).
+
+For each phase path, every rank's median duration is compared with the median over all ranks;
+a rank is a straggler in that phase when it is both `ratio` times slower and `min_excess_s`
+slower. Evidence keys: `phases` ({path: {"rank_median_s", "all_median_s", "ratio", "num_samples"}}).
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from grpo_doctor.analysis.findings import Finding
+from grpo_doctor.analysis.load import Evidence
+
+ID = "straggler"
+
+HINTS = (
+    "Give every node the same number of GPUs (NPROC_PER_NODE equal everywhere); an odd node makes its ranks "
+    "stragglers.",
+    "Check the slow rank's GPU (nvidia-smi -q -d CLOCK,PERFORMANCE: throttling, other processes on it) and its "
+    "host (CPU, dataloader_num_workers).",
+    "A slow rollout phase: raise vllm_gpu_memory_utilization (0.85-0.9) where memory allows, or add inference "
+    "workers (num_infer_workers); a slow data phase: more dataloader_num_workers.",
+)
+
+
+@dataclass(frozen=True)
+class Config:
+    ratio: float = 1.5  # rank's median / median of all ranks
+    min_excess_s: float = 0.5  # and at least this many seconds slower
+    min_samples: int = 2  # phase completions a rank needs before it is judged
+    min_ranks: int = 2
+
+
+def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
+    done = run.phases.dropna(subset=["duration_s"])
+    if done.empty:
+        return
+    slow: dict[int, dict[str, dict]] = {}
+    for path, rows in done.groupby("path"):
+        stats = rows.groupby("rank")["duration_s"].agg(["median", "count"])
+        stats = stats[stats["count"] >= cfg.min_samples]
+        if len(stats) < cfg.min_ranks:
+            continue
+        overall = float(stats["median"].median())
+        for rank, row in stats.iterrows():
+            med = float(row["median"])
+            if med > cfg.ratio * overall and med - overall > cfg.min_excess_s:
+                slow.setdefault(int(rank), {})[str(path)] = {
+                    "rank_median_s": round(med, 3), "all_median_s": round(overall, 3),
+                    "ratio": round(med / overall, 2) if overall else None, "num_samples": int(row["count"])}
+    for rank, phases in sorted(slow.items()):
+        worst = max(phases, key=lambda p: phases[p]["rank_median_s"] - phases[p]["all_median_s"])
+        w = phases[worst]
+        host = run.host_of(rank)
+        yield Finding(
+            id=ID, severity="warning",
+            title=f"rank {rank} is a straggler in {worst}: median {w['rank_median_s']:.2f} s vs "
+                  f"{w['all_median_s']:.2f} s for all ranks",
+            ranks=(rank,), hosts=(host,) if host else (), step=None, phase=worst,
+            evidence={"phases": phases}, hints=HINTS,
+        )

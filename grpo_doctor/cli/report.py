@@ -1,0 +1,75 @@
+"""`grpo-doctor report PATH...`: findings with remedies from run directories and raw logs.
+
+PATH is any mix of run directories (one per node, or one shared) and raw log files of runs that
+were never instrumented (torchrun / ms-swift / TRL output, dmesg). findings.json is written into
+the first run directory (or --out DIR); the findings are printed most severe first.
+
+Typical use:
+    grpo-doctor report grpo-doctor-runs/20261121-101502-p4711
+    grpo-doctor report node0/run node1/run node1-stderr.log --json
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from grpo_doctor.cli.errors import UserError
+from grpo_doctor.rankset import format_ranks
+
+EXIT_HELP = "exit status: 0 no critical finding; 1 at least one critical finding; 2 bad input (missing path)."
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("report", help="findings with remedies from run directories and raw logs",
+                       description=__doc__.split("\n\n")[0], epilog=EXIT_HELP)
+    p.add_argument("paths", nargs="+", metavar="PATH", help="run directory or raw log file (any mix)")
+    p.add_argument("--json", action="store_true", help="print findings.json to stdout")
+    p.add_argument("--out", metavar="DIR", help="where findings.json goes (default: the first run directory, "
+                                                "else the current directory)")
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    # pandas is imported here, not at module level: `grpo-doctor watch` must start light.
+    from grpo_doctor.analysis.findings import FindingsFile
+    from grpo_doctor.analysis.load import EvidenceError, load_evidence
+    from grpo_doctor.analysis.rules import run_rules
+
+    try:
+        evidence = load_evidence(args.paths)
+    except EvidenceError as exc:
+        raise UserError(str(exc), exc.hint) from None
+    findings, warnings = run_rules(evidence)
+    out = FindingsFile(run=[str(p) for p in args.paths], findings=findings, warnings=warnings)
+    out_dir = Path(args.out) if args.out else next((p for p in evidence.paths if p.is_dir()), Path.cwd())
+    written = out.write(out_dir / "findings.json")
+    if args.json:
+        print(out.to_json())
+    else:
+        print(format_findings(out))
+        print(f"findings written to {written}", file=sys.stderr)
+    return 1 if out.has_critical else 0
+
+
+def format_findings(out) -> str:
+    if not out.findings:
+        lines = ["no findings: nothing known to go wrong was seen"]
+    else:
+        lines = []
+        for f in out.to_dict()["findings"]:
+            lines.append(f"{f['severity'].upper():8} {f['id']}: {f['title']}")
+            where = []
+            if f["ranks"]:
+                where.append(f"ranks {format_ranks(f['ranks'])}")
+            if f["hosts"]:
+                where.append(f"hosts {', '.join(f['hosts'])}")
+            if f["phase"]:
+                where.append(f"phase {f['phase']}")
+            if f["step"] is not None:
+                where.append(f"step {f['step']}")
+            if where:
+                lines.append(f"         {'; '.join(where)}")
+            if f["hints"]:
+                lines.append(f"         fix: {f['hints'][0]}")
+    lines += [f"warning: {w}" for w in out.warnings]
+    return "\n".join(lines)

@@ -1,0 +1,32 @@
+import json
+
+import pytest
+
+from grpo_doctor.analysis.findings import Finding, FindingsFile
+
+
+def _finding(id_, severity):
+    return Finding(id=id_, severity=severity, title=id_, ranks=(1,), hosts=("node-0",), step=2, phase="rollout",
+                   evidence={"seq": 3}, hints=("do this",))
+
+
+def test_a_finding_survives_a_round_trip_through_json():
+    f = _finding("rank-crash", "critical")
+    assert Finding.from_dict(json.loads(json.dumps(f.to_dict()))) == f
+
+
+def test_an_unknown_severity_is_refused_naming_the_valid_ones():
+    with pytest.raises(ValueError, match="critical, warning, info"):
+        Finding(id="x", severity="fatal", title="x")
+
+
+def test_findings_file_has_the_contract_shape_and_lists_critical_first(tmp_path):
+    out = FindingsFile(run=["runs/a"], findings=[_finding("straggler", "warning"), _finding("hang", "critical")],
+                       warnings=["w"])
+    data = json.loads(out.write(tmp_path / "findings.json").read_text())
+    assert list(data) == ["schema", "run", "findings", "warnings"]
+    assert data["schema"] == 1 and data["run"] == ["runs/a"] and data["warnings"] == ["w"]
+    assert [f["id"] for f in data["findings"]] == ["hang", "straggler"]
+    assert set(data["findings"][0]) == {"id", "severity", "title", "ranks", "hosts", "step", "phase", "evidence",
+                                        "hints"}
+    assert FindingsFile.from_dict(data).has_critical

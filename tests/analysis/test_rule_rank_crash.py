@@ -1,0 +1,68 @@
+import json
+
+from rundata import LOGS, common, header, write_rank
+
+from grpo_doctor.analysis.load import load_evidence
+from grpo_doctor.analysis.rules import rank_crash
+from grpo_doctor.schema import End, EndReason, Error, PhaseBegin, Step
+
+
+def _check(*paths):
+    return list(rank_crash.check(load_evidence(list(paths)), rank_crash.Config()))
+
+
+def test_an_exception_is_critical_and_the_sigterm_it_caused_is_collateral(tmp_path):
+    write_rank(tmp_path, 0, [header(0, 2), End(**common(0, step=1, t=9.0), reason=EndReason.SIGNAL, signal="SIGTERM")])
+    write_rank(tmp_path, 1, [
+        header(1, 2), PhaseBegin(**common(1, step=1, t=5.0), phase="backward", path="backward"),
+        Error(**common(1, step=1, t=6.0), exc_type="RuntimeError", message="injected crash", traceback="...",
+              phase="backward", path="backward"),
+        End(**common(1, step=1, t=6.1), reason=EndReason.EXCEPTION),
+    ])
+    crit, collateral = _check(tmp_path)
+    assert (crit.id, crit.severity, crit.ranks, crit.phase, crit.step) == ("rank-crash", "critical", (1,), "backward", 1)
+    assert crit.evidence["exc_type"] == "RuntimeError" and crit.hosts == ("node-0",)
+    assert (collateral.severity, collateral.ranks, collateral.evidence["signal"]) == ("warning", (0,), "SIGTERM")
+
+
+def test_a_rank_whose_log_stops_without_an_end_record_is_a_crash_once_the_run_is_over(tmp_path):
+    write_rank(tmp_path, 0, [header(0, 2), End(**common(0, step=2, t=9.0), reason=EndReason.EXIT)])
+    write_rank(tmp_path, 1, [header(1, 2), Step(**common(1, step=0, t=2.0), metrics={}),
+                             PhaseBegin(**common(1, step=1, t=3.0), phase="forward", path="forward")])
+    [f] = _check(tmp_path)
+    assert (f.ranks, f.phase, f.step, f.severity) == ((1,), "forward", 1, "critical")
+
+
+def test_torchrun_child_failed_lines_give_signal_and_exitcode():
+    findings = _check(LOGS / "torchrun_nccl_timeout.log")
+    by_rank = {r: f for f in findings for r in f.ranks}
+    assert by_rank[7].evidence["signal"] == "SIGKILL" and by_rank[7].evidence["exitcode"] == -9
+    assert by_rank[3].evidence["signal"] == "SIGABRT" and by_rank[3].hosts == ("node-1",)
+
+
+def test_a_peer_lost_exception_on_the_survivor_is_collateral_of_the_first_crash(tmp_path):
+    write_rank(tmp_path, 0, [header(0, 2), Error(**common(0, step=1, t=7.0), exc_type="RuntimeError",
+                                                 message="[gloo/pair.cc:553] Connection closed by peer [127.0.0.1]:1",
+                                                 traceback="", phase="forward", path="forward"),
+                             End(**common(0, step=1, t=7.1), reason=EndReason.EXCEPTION)])
+    write_rank(tmp_path, 1, [header(1, 2), Error(**common(1, step=1, t=6.0), exc_type="RuntimeError",
+                                                 message="injected crash", traceback="", phase="forward",
+                                                 path="forward"),
+                             End(**common(1, step=1, t=6.1), reason=EndReason.EXCEPTION)])
+    crit, collateral = _check(tmp_path)
+    assert (crit.severity, crit.ranks) == ("critical", (1,))
+    assert (collateral.severity, collateral.ranks) == ("warning", (0,))
+
+
+def test_ranks_stopped_by_sigterm_are_not_crashes_after_watch_ended_a_hang(tmp_path):
+    run_dir = tmp_path / "run"
+    for rank in (0, 1):
+        write_rank(run_dir, rank, [header(rank, 2), PhaseBegin(**common(rank, step=3), phase="reward", path="reward"),
+                                   End(**common(rank, step=3), reason=EndReason.SIGNAL, signal="SIGTERM",
+                                       open_path="reward")])
+    stopped = list(rank_crash.check(load_evidence([run_dir]), rank_crash.Config()))
+    assert [f.severity for f in stopped] == ["warning"] and "stopped from outside" in stopped[0].title
+    host_dir = run_dir / "supervisor" / "node-0"
+    host_dir.mkdir(parents=True)
+    (host_dir / "summary.json").write_text(json.dumps({"host": "node-0", "hang_ended_by_watch": True, "ranks": {}}))
+    assert list(rank_crash.check(load_evidence([run_dir]), rank_crash.Config())) == []
