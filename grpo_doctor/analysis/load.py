@@ -11,6 +11,11 @@ Tables (pandas, only inside analysis/ and report/):
   steps:      rank, host, step, t, and one column per metric
   errors:     rank, host, step, t, exc_type, message, phase, path
   signatures: kind, rank, host, source, line_number, text, fields (the kind's dict, see logs.kinds)
+  memory:     rank, host, step, t, tag, host_rss_bytes, device, allocated_bytes, reserved_bytes,
+              peak_allocated_bytes, inactive_split_bytes, free_bytes, total_bytes
+  samples:    watch's samples.jsonl: host, kind ("gpu" | "proc"), t, and the sample's fields
+Times (`t`, `begin_t`, `end_t`) are wall seconds on one clock: hosts found skewed (see clock.py)
+are shifted to the host of the lowest rank, and `clock_offsets` says by how much.
 
 Typical use:
     ev = load_evidence(["runs/job-17", "node1-stderr.log"])
@@ -27,13 +32,17 @@ from typing import Any
 import pandas as pd
 
 from grpo_doctor.eventlog import RunDirError, RunLog, load_run
+from grpo_doctor.analysis.clock import describe_offsets, host_offsets, shift_times
 from grpo_doctor.logs.signatures import Signature, scan_file
-from grpo_doctor.schema import Error, Header, PhaseBegin, PhaseEnd, RunPaths, Step
+from grpo_doctor.schema import Error, Header, Memory, PhaseBegin, PhaseEnd, RunPaths, Step
 
 PHASE_COLUMNS = ["rank", "host", "step", "phase", "path", "begin_t", "end_t", "duration_s", "error"]
 STEP_COLUMNS = ["rank", "host", "step", "t"]
 ERROR_COLUMNS = ["rank", "host", "step", "t", "exc_type", "message", "phase", "path"]
 SIGNATURE_COLUMNS = ["kind", "rank", "host", "source", "line_number", "text", "fields"]
+MEMORY_COLUMNS = ["rank", "host", "step", "t", "tag", "host_rss_bytes", "device", "allocated_bytes", "reserved_bytes",
+                  "peak_allocated_bytes", "inactive_split_bytes", "free_bytes", "total_bytes"]
+SAMPLE_COLUMNS = ["host", "kind", "t"]
 
 
 class EvidenceError(Exception):
@@ -58,6 +67,10 @@ class Evidence:
     steps: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=STEP_COLUMNS))
     errors: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=ERROR_COLUMNS))
     signatures: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=SIGNATURE_COLUMNS))
+    memory: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=MEMORY_COLUMNS))
+    samples: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=SAMPLE_COLUMNS))
+    sample_rows: list[dict[str, Any]] = field(default_factory=list)
+    clock_offsets: dict[str, float] = field(default_factory=dict)  # host -> s ahead of the reference host
 
     @property
     def headers(self) -> dict[int, Header]:
@@ -138,6 +151,8 @@ def _load_supervisor(ev: Evidence, supervisor: Path) -> None:
             data = _read_json(ev, hang_file)
             if isinstance(data, dict):
                 ev.hangs.append({**data, "host": data.get("host") or host, "file": str(hang_file)})
+        if (host_dir / "samples.jsonl").is_file():
+            _read_samples(ev, host_dir / "samples.jsonl", host)
         sig_file = host_dir / "signatures.jsonl"
         if sig_file.is_file():
             _add_signatures(ev, _read_signatures(ev, sig_file), source=str(sig_file), host=host)
@@ -158,6 +173,21 @@ def _read_json(ev: Evidence, path: Path) -> Any:
     except (OSError, ValueError) as exc:
         ev.warnings.append(f"{path}: cannot be read ({exc}); left out")
         return None
+
+
+def _read_samples(ev: Evidence, path: Path, host: str) -> None:
+    bad = 0
+    with path.open(errors="replace") as f:
+        for line in f:
+            try:
+                data = json.loads(line)
+            except ValueError:
+                bad += 1
+                continue
+            if isinstance(data, dict) and data.get("kind") in ("gpu", "proc") and "t" in data:
+                ev.sample_rows.append({**data, "host": host})
+    if bad:
+        ev.warnings.append(f"{path}: skipped {bad} unreadable line(s)")
 
 
 def _read_signatures(ev: Evidence, path: Path) -> list[Signature]:
@@ -182,7 +212,7 @@ def _add_signatures(ev: Evidence, signatures: list[Signature], source: str, host
 
 
 def _build_tables(ev: Evidence) -> None:
-    phases, steps, errors = [], [], []
+    phases, steps, errors, memory = [], [], [], []
     for rank, log in sorted((ev.run.ranks if ev.run else {}).items()):
         host = ev.host_of(rank)
         open_begins: list[PhaseBegin] = []
@@ -202,9 +232,30 @@ def _build_tables(ev: Evidence) -> None:
                 steps.append({"rank": rank, "host": host, "step": rec.step, "t": rec.t, **rec.metrics})
             elif isinstance(rec, Error):
                 errors.append([rank, host, rec.step, rec.t, rec.exc_type, rec.message, rec.phase, rec.path])
+            elif isinstance(rec, Memory):
+                memory.append([rank, host, rec.step, rec.t, rec.tag, rec.host_rss_bytes, rec.device,
+                               rec.allocated_bytes, rec.reserved_bytes, rec.peak_allocated_bytes,
+                               rec.inactive_split_bytes, rec.free_bytes, rec.total_bytes])
         for begin in open_begins:
             phases.append([rank, host, begin.step, begin.phase, begin.path, begin.t, None, None, None])
     ev.phases = pd.DataFrame(phases, columns=PHASE_COLUMNS)
     ev.steps = pd.DataFrame(steps, columns=None if steps else STEP_COLUMNS)
     ev.errors = pd.DataFrame(errors, columns=ERROR_COLUMNS)
+    ev.memory = pd.DataFrame(memory, columns=MEMORY_COLUMNS)
     ev.signatures = pd.DataFrame(ev.signature_rows, columns=SIGNATURE_COLUMNS)
+    ev.samples = pd.DataFrame(ev.sample_rows) if ev.sample_rows else pd.DataFrame(columns=SAMPLE_COLUMNS)
+    _align_clocks(ev)
+
+
+def _align_clocks(ev: Evidence) -> None:
+    ev.clock_offsets = host_offsets(ev.steps)
+    if not ev.clock_offsets:
+        return
+    reference = ev.steps.loc[ev.steps["rank"].idxmin(), "host"]
+    ev.warnings += describe_offsets(ev.clock_offsets, reference)
+    ev.phases = shift_times(ev.phases, ev.clock_offsets, ["begin_t", "end_t"])
+    for name in ("steps", "errors", "memory", "samples"):
+        setattr(ev, name, shift_times(getattr(ev, name), ev.clock_offsets, ["t"]))
+    for hang in ev.hangs:
+        if hang.get("host") in ev.clock_offsets and isinstance(hang.get("detected_t"), (int, float)):
+            hang["detected_t"] -= ev.clock_offsets[hang["host"]]

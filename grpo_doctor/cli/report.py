@@ -1,8 +1,10 @@
 """`grpo-doctor report PATH...`: findings with remedies from run directories and raw logs.
 
 PATH is any mix of run directories (one per node, or one shared) and raw log files of runs that
-were never instrumented (torchrun / ms-swift / TRL output, dmesg). findings.json is written into
-the first run directory (or --out DIR); the findings are printed most severe first.
+were never instrumented (torchrun / ms-swift / TRL output, dmesg, flight-recorder dumps).
+report.html and findings.json are written into the first run directory (or the current directory
+when only log files are given); `--out FILE.html` puts the report elsewhere, findings.json beside it.
+The findings are printed most severe first.
 
 Typical use:
     grpo-doctor report grpo-doctor-runs/20261121-101502-p4711
@@ -24,8 +26,9 @@ def add_parser(sub) -> None:
                        description=__doc__.split("\n\n")[0], epilog=EXIT_HELP)
     p.add_argument("paths", nargs="+", metavar="PATH", help="run directory or raw log file (any mix)")
     p.add_argument("--json", action="store_true", help="print findings.json to stdout")
-    p.add_argument("--out", metavar="DIR", help="where findings.json goes (default: the first run directory, "
-                                                "else the current directory)")
+    p.add_argument("--out", metavar="FILE", type=Path,
+                   help="report path (default: report.html in the first run directory, else the current "
+                        "directory); findings.json is written beside it")
     p.set_defaults(run=run)
 
 
@@ -34,6 +37,7 @@ def run(args) -> int:
     from grpo_doctor.analysis.findings import FindingsFile
     from grpo_doctor.analysis.load import EvidenceError, load_evidence
     from grpo_doctor.analysis.rules import run_rules
+    from grpo_doctor.report.render import render_report
 
     try:
         evidence = load_evidence(args.paths)
@@ -41,14 +45,23 @@ def run(args) -> int:
         raise UserError(str(exc), exc.hint) from None
     findings, warnings = run_rules(evidence)
     out = FindingsFile(run=[str(p) for p in args.paths], findings=findings, warnings=warnings)
-    out_dir = Path(args.out) if args.out else next((p for p in evidence.paths if p.is_dir()), Path.cwd())
-    written = out.write(out_dir / "findings.json")
+    html_path = _report_path(args.out, evidence.paths)
+    written = out.write(html_path.with_name("findings.json"))
+    render_report(evidence, out, html_path)
     if args.json:
         print(out.to_json())
     else:
         print(format_findings(out))
-        print(f"findings written to {written}", file=sys.stderr)
+        print(f"report: {html_path}\nfindings: {written}", file=sys.stderr)
     return 1 if out.has_critical else 0
+
+
+def _report_path(out: Path | None, paths: list[Path]) -> Path:
+    if out is None:
+        return next((p for p in paths if p.is_dir()), Path.cwd()) / "report.html"
+    if out.is_dir():
+        raise UserError(f"--out {out} is a directory", f"name the report file, e.g. --out {out / 'report.html'}")
+    return out
 
 
 def format_findings(out) -> str:

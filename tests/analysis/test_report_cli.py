@@ -8,13 +8,14 @@ from grpo_doctor.cli.main import main
 from grpo_doctor.schema import End, EndReason, Step
 
 
-def test_raw_logs_alone_give_findings_exit_1_and_findings_json_in_out(tmp_path, capsys):
-    status = main(["report", str(LOGS / "torchrun_nccl_timeout.log"), "--out", str(tmp_path)])
+def test_raw_logs_alone_give_findings_exit_1_and_report_and_findings_json_at_out(tmp_path, capsys):
+    status = main(["report", str(LOGS / "torchrun_nccl_timeout.log"), "--out", str(tmp_path / "r.html")])
     out = capsys.readouterr().out
     assert status == 1
     assert "CRITICAL nccl-timeout" in out and "fix: " in out
     data = json.loads((tmp_path / "findings.json").read_text())
     assert {f["id"] for f in data["findings"]} >= {"nccl-timeout", "rank-crash"}
+    assert "nccl-timeout" in (tmp_path / "r.html").read_text()
 
 
 def test_a_healthy_run_exits_0_and_writes_findings_json_into_the_run(tmp_path, capsys):

@@ -38,6 +38,8 @@ def test_torchrun_child_failed_lines_give_signal_and_exitcode():
     by_rank = {r: f for f in findings for r in f.ranks}
     assert by_rank[7].evidence["signal"] == "SIGKILL" and by_rank[7].evidence["exitcode"] == -9
     assert by_rank[3].evidence["signal"] == "SIGABRT" and by_rank[3].hosts == ("node-1",)
+    assert any("OOM killer" in h for h in by_rank[7].hints) and not any("OOM killer" in h for h in by_rank[3].hints)
+    assert any("nccl-timeout" in h for h in by_rank[3].hints)
 
 
 def test_a_peer_lost_exception_on_the_survivor_is_collateral_of_the_first_crash(tmp_path):

@@ -105,8 +105,18 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
             hosts=tuple(hosts), step=step, phase=phase,
             evidence={"exc_type": exc_type, "message": info.get("message"), "signal": signal, "exitcode": exitcode,
                       "source": info.get("source"), "root_cause": info.get("root_cause")},
-            hints=HINTS,
+            hints=_hints(signal, exitcode),
         )
+
+
+def _hints(signal: str | None, exitcode: int | None) -> tuple[str, ...]:
+    """The traceback hint always; the OOM-killer and NCCL-abort ones only where the way it ended fits."""
+    hints = [HINTS[0]]
+    if signal == "SIGKILL" or exitcode in (-9, 137):
+        hints.append(HINTS[1])
+    if signal == "SIGABRT" or exitcode in (-6, 134):
+        hints.append(HINTS[2])
+    return tuple(hints)
 
 
 def _collateral(info: dict[str, Any]) -> bool:

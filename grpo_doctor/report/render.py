@@ -1,0 +1,52 @@
+"""Renders report.html from the loaded evidence and the findings, with jinja2 autoescaping on.
+
+Every string from the run (completions, log lines, host names, paths, phase names) reaches the
+page through the template's `{{ }}` and so is escaped: a completion holding `<script>` renders as
+text. The page carries a Content-Security-Policy that allows no script and no network at all, so
+it opens offline and a mistake in escaping still cannot run code.
+
+Typical use:
+    path = render_report(evidence, FindingsFile(run=[...], findings=findings, warnings=warnings), out_path)
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import jinja2
+
+from grpo_doctor._version import __version__
+from grpo_doctor.analysis.findings import FindingsFile
+from grpo_doctor.analysis.load import Evidence
+from grpo_doctor.rankset import format_ranks
+from grpo_doctor.report import plots, sections
+from grpo_doctor.report.excerpts import log_excerpts
+
+TEMPLATES = Path(__file__).parent / "templates"
+
+
+def render_html(evidence: Evidence, findings: FindingsFile) -> str:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
+                             undefined=jinja2.StrictUndefined, trim_blocks=False)
+    data = findings.to_dict()
+    cards = [{**f, "ranks_text": format_ranks(f["ranks"]), "evidence_items": sections.evidence_items(f["evidence"])}
+             for f in data["findings"]]
+    return env.get_template("report.html.j2").render(
+        run_paths=data["run"], generated=time.strftime("%Y-%m-%d %H:%M:%S %Z"), version=__version__,
+        verdict=sections.verdict(findings), findings=cards, warnings=data["warnings"],
+        ranks=sections.rank_rows(evidence),
+        plots={"timeline": plots.phase_timeline(evidence), "memory": plots.memory_over_time(evidence),
+               "metrics": plots.step_metrics(evidence)},
+        stacks=sections.stack_sections(evidence), environment=sections.environment_table(evidence),
+        excerpts=log_excerpts(evidence.signature_rows),
+    )
+
+
+def render_report(evidence: Evidence, findings: FindingsFile, path: str | Path) -> Path:
+    """Writes the page atomically (a reader never sees half a report) and returns its path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".tmp")
+    partial.write_text(render_html(evidence, findings), encoding="utf-8")
+    partial.replace(path)
+    return path

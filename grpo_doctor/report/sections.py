@@ -1,0 +1,120 @@
+"""Plain data for the report's tables: the verdict, ranks, environment by host, stacks and evidence.
+
+Everything here returns dicts, lists and strings taken as they are from the run; escaping is the
+template's job (jinja2 autoescape), so nothing here builds HTML.
+
+Typical use:
+    env = environment_table(evidence)   # {"hosts": [...], "rows": [{"key", "values", "differs"}]}
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from grpo_doctor.analysis.findings import FindingsFile
+from grpo_doctor.analysis.load import Evidence
+from grpo_doctor.rankset import format_ranks
+
+# Variables that differ from rank to rank by design, so a difference means nothing.
+PER_RANK_KEYS = frozenset({"RANK", "LOCAL_RANK", "GROUP_RANK", "NODE_RANK", "TORCHELASTIC_RUN_ID"})
+MAX_EVIDENCE_CHARS = 600
+MAX_STACK_FRAMES = 40
+
+
+def verdict(findings: FindingsFile) -> dict[str, Any]:
+    counts = {s: sum(f.severity == s for f in findings.findings) for s in ("critical", "warning", "info")}
+    ordered = findings.to_dict()["findings"]
+    if not ordered:
+        return {"severity": "ok", "counts": counts, "headline": "No known failure was found in this run."}
+    top = ordered[0]
+    return {"severity": top["severity"], "counts": counts, "headline": top["title"]}
+
+
+def rank_rows(ev: Evidence) -> list[dict[str, Any]]:
+    """One row per rank: host, attempts, last step, how it ended, open phase, first error."""
+    if ev.run is None:
+        return []
+    rows = []
+    for rank in sorted(ev.known_ranks):
+        log = ev.run.ranks.get(rank)
+        if log is None:
+            rows.append({"rank": rank, "host": "", "last_step": None, "end": "no event log", "open_path": "",
+                         "error": "", "odd": True})
+            continue
+        end = log.end
+        ending = "still running or killed (no end record)" if end is None else (
+            f"{end.reason}" + (f" ({end.signal})" if end.signal else ""))
+        errors = log.errors
+        error = f"{errors[-1].exc_type}: {errors[-1].message}" if errors else ""
+        rows.append({"rank": rank, "host": ev.host_of(rank) or "", "last_step": log.last_step, "end": ending,
+                     "open_path": log.open_path or "", "error": error[:300],
+                     "odd": bool(errors) or end is None or str(end.reason) not in ("exit", "shutdown")})
+    return rows
+
+
+def environment_table(ev: Evidence) -> dict[str, Any]:
+    """Versions and launch settings per host (first rank of each), rows that differ marked."""
+    per_host: dict[str, dict[str, Any]] = {}
+    for header in ev.headers.values():
+        if header.host in per_host:
+            continue
+        values = {f"version: {k}": v for k, v in sorted((header.versions or {}).items())}
+        values |= {k: v for k, v in sorted((header.launch or {}).items()) if k not in PER_RANK_KEYS}
+        values["ranks on this host"] = header.local_world_size
+        per_host[header.host] = values
+    hosts = sorted(per_host)
+    keys = sorted({k for values in per_host.values() for k in values})
+    rows = []
+    for key in keys:
+        values = [per_host[h].get(key) for h in hosts]
+        rows.append({"key": key, "values": ["(not set)" if v is None else str(v) for v in values],
+                     "differs": len(hosts) > 1 and len({repr(v) for v in values}) > 1})
+    rows.sort(key=lambda r: not r["differs"])
+    return {"hosts": hosts, "rows": rows}
+
+
+def stack_sections(ev: Evidence) -> list[dict[str, Any]]:
+    """Each hang watch investigated: grouped stacks, the ranks waited for, odd ranks, per-rank stacks."""
+    out = []
+    for hang in ev.hangs:
+        ranks = hang.get("ranks") or {}
+        odd = {int(r) for r in hang.get("odd_ranks") or []} | {int(r) for r in hang.get("culprits") or []}
+        per_rank = []
+        for rank, info in sorted(ranks.items(), key=lambda kv: int(kv[0])):
+            per_rank.append({"rank": int(rank), "odd": int(rank) in odd, "phase": info.get("open_phase") or "",
+                             "step": info.get("step"), "verdict": info.get("verdict") or "",
+                             "idle_s": info.get("idle_s"), "frames": _stack_text(hang, int(rank))})
+        out.append({"host": hang.get("host") or "", "file": hang.get("file") or "",
+                    "groups": list(hang.get("groups") or []), "culprits": format_ranks(hang.get("culprits") or []),
+                    "odd": format_ranks(sorted(odd)), "ranks": per_rank,
+                    "stack_errors": {str(k): v for k, v in (hang.get("stack_errors") or {}).items()},
+                    "ptrace_denied": bool(hang.get("ptrace_denied"))})
+    return out
+
+
+def evidence_items(evidence: dict[str, Any]) -> list[tuple[str, str]]:
+    """(key, value as compact text) for a finding's evidence; long values cut with a mark."""
+    out = []
+    for key, value in evidence.items():
+        text = value if isinstance(value, str) else json.dumps(value, default=str)
+        if len(text) > MAX_EVIDENCE_CHARS:
+            text = text[:MAX_EVIDENCE_CHARS] + f" ... ({len(text) - MAX_EVIDENCE_CHARS} more characters)"
+        out.append((key, text))
+    return out
+
+
+def _stack_text(hang: dict[str, Any], rank: int) -> list[str]:
+    """The rank's last py-spy capture as text lines (watch writes rank-NNNNN.txt beside the JSON).
+    The run directory may have been moved since: the capture is also looked for under its stacks/."""
+    dirs = [Path(d) for d in hang.get("stack_dirs") or []][-1:]
+    if hang.get("file"):
+        dirs += [Path(hang["file"]).parents[2] / "stacks" / d.name for d in dirs]
+    for directory in dirs:
+        path = directory / f"rank-{rank:05d}.txt"
+        try:
+            with path.open(errors="replace") as f:
+                return [line.rstrip("\n") for _, line in zip(range(MAX_STACK_FRAMES), f, strict=False)]
+        except OSError:
+            continue
+    return []

@@ -1,0 +1,24 @@
+import pytest
+from hostile import write_hostile_run
+
+from grpo_doctor.cli.main import main
+from grpo_doctor.report.browser import load_page, screenshot
+
+pytestmark = pytest.mark.browser
+
+
+def test_report_loads_in_chromium_without_console_errors_and_shows_the_findings(tmp_path, capsys):
+    run, log = write_hostile_run(tmp_path)
+    main(["report", str(run), str(log)])
+    page = load_page(run / "report.html")
+    assert page.console_messages == ()  # no script ran, no CSP violation, nothing failed to load
+    assert 'data-finding-id="rank-crash"' in page.dom and 'data-finding-id="cuda-oom"' in page.dom
+    assert "completion was &lt;script&gt;" in page.dom  # the payload is text on the page
+    png = screenshot(run / "report.html", tmp_path / "report.png", height=1200)
+    assert png.stat().st_size > 20_000  # a rendered page, not a blank one
+
+
+def test_the_console_check_sees_a_script_that_runs(tmp_path):
+    page = tmp_path / "unsafe.html"
+    page.write_text('<html><body><script>console.error("xss-script-ran")</script></body></html>')
+    assert any("xss-script-ran" in m for m in load_page(page).console_messages)
