@@ -1,7 +1,8 @@
 """`grpo-doctor demo`: the reference GRPO trainer on this machine's CPU, two ranks under torchrun.
 
-It leaves a run directory and prints each rank's summary. `--inject` passes fault specs to the
-trainer, so every failure grpo-doctor diagnoses can be produced on a laptop.
+It leaves a run directory with report.html and findings.json, and prints each rank's summary and
+the findings. `--inject` passes fault specs to the trainer, so every failure grpo-doctor diagnoses
+can be produced on a laptop.
 
 Typical use:
     grpo-doctor demo
@@ -18,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from grpo_doctor.cli import summary
+from grpo_doctor.cli import report, summary
 from grpo_doctor.cli.errors import UserError
 from grpo_doctor.eventlog import RunDirError, load_run
 
@@ -64,7 +65,10 @@ def run(args) -> int:
         ) from None
     print()
     print(summary.format_summary(log, summary.summarise(log)))
-    print(f"\nrun directory: {out}")
+    findings, html_path, _ = report.write_report([out])
+    print()
+    print(report.format_findings(findings))
+    print(f"\nrun directory: {out}\nreport: {html_path}")
     return 0 if status == 0 else 1
 
 

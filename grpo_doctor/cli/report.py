@@ -33,27 +33,36 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    # pandas is imported here, not at module level: `grpo-doctor watch` must start light.
-    from grpo_doctor.analysis.findings import FindingsFile
-    from grpo_doctor.analysis.load import EvidenceError, load_evidence
-    from grpo_doctor.analysis.rules import run_rules
-    from grpo_doctor.report.render import render_report
+    from grpo_doctor.analysis.load import EvidenceError
 
     try:
-        evidence = load_evidence(args.paths)
+        out, html_path, findings_path = write_report(args.paths, args.out)
     except EvidenceError as exc:
         raise UserError(str(exc), exc.hint) from None
-    findings, warnings = run_rules(evidence)
-    out = FindingsFile(run=[str(p) for p in args.paths], findings=findings, warnings=warnings)
-    html_path = _report_path(args.out, evidence.paths)
-    written = out.write(html_path.with_name("findings.json"))
-    render_report(evidence, out, html_path)
     if args.json:
         print(out.to_json())
     else:
         print(format_findings(out))
-        print(f"report: {html_path}\nfindings: {written}", file=sys.stderr)
+        print(f"report: {html_path}\nfindings: {findings_path}", file=sys.stderr)
     return 1 if out.has_critical else 0
+
+
+def write_report(paths: list, out: Path | None = None):
+    """Loads the evidence, runs the rules, writes findings.json and report.html; returns
+    (FindingsFile, report path, findings path). Raises EvidenceError for unusable paths."""
+    # pandas and matplotlib are imported here, not at module level: `grpo-doctor watch` must start light.
+    from grpo_doctor.analysis.findings import FindingsFile
+    from grpo_doctor.analysis.load import load_evidence
+    from grpo_doctor.analysis.rules import run_rules
+    from grpo_doctor.report.render import render_report
+
+    evidence = load_evidence(paths)
+    findings, warnings = run_rules(evidence)
+    result = FindingsFile(run=[str(p) for p in paths], findings=findings, warnings=warnings)
+    html_path = _report_path(out, evidence.paths)
+    findings_path = result.write(html_path.with_name("findings.json"))
+    render_report(evidence, result, html_path)
+    return result, html_path, findings_path
 
 
 def _report_path(out: Path | None, paths: list[Path]) -> Path:

@@ -30,6 +30,9 @@ seen in the phase it is in (never less than FLOOR s; a phase not yet seen to fin
 When every running rank has stalled, watch takes all stacks twice, SECOND_LOOK s apart, names the
 ranks the others wait for and writes supervisor/HOST/hang-N.json. Without grpo-doctor events (an
 uninstrumented script) a hang is output silence with idle rank CPUs for --uninstrumented-timeout s.
+
+When the command ends, watch builds report.html and findings.json in the run directory (as
+`grpo-doctor report RUN_DIR` would) and prints the most severe findings; --no-report skips this.
 """
 
 
@@ -51,6 +54,7 @@ def add_parser(sub) -> None:
                    help="seconds between the two stack captures (default 5)")
     p.add_argument("--native", action="store_true", help="include C/C++ frames in the stacks (slower)")
     p.add_argument("--sample-interval", type=float, default=1.0, help="GPU and process sampling period, s")
+    p.add_argument("--no-report", action="store_true", help="do not build report.html / findings.json at the end")
     p.add_argument("command", nargs="+", metavar="-- CMD", help="the launch command, after --")
     p.set_defaults(run=run)
 
@@ -74,7 +78,31 @@ def run(args) -> int:
         sample_interval_s=args.sample_interval,
     )
     try:
-        return Watch(opts).run()
+        status = Watch(opts).run()
     except LaunchError as exc:
         print(f"grpo-doctor: error: {exc}\n  hint: {exc.hint}", file=sys.stderr)
         return COMMAND_NOT_FOUND_EXIT
+    if not args.no_report:
+        _report_at_end(run_dir)
+    return status
+
+
+def _report_at_end(run_dir: Path, num_shown: int = 3) -> None:
+    """The report of what just ran; its failure is one line and never changes watch's exit status."""
+    from grpo_doctor.cli.report import write_report
+
+    try:
+        result, html_path, _ = write_report([run_dir])
+    except Exception as exc:  # noqa: BLE001 - the job is over; nothing here may hide its status
+        print(f"grpo-doctor: no report ({type(exc).__name__}: {exc}); try: grpo-doctor report {run_dir}",
+              file=sys.stderr)
+        return
+    findings = result.to_dict()["findings"]
+    for f in findings[:num_shown]:
+        fix = f" -> {f['hints'][0]}" if f["hints"] else ""
+        print(f"grpo-doctor: {f['severity'].upper()} {f['id']}: {f['title']}{fix}", file=sys.stderr)
+    if len(findings) > num_shown:
+        print(f"grpo-doctor: ... and {len(findings) - num_shown} more finding(s)", file=sys.stderr)
+    elif not findings:
+        print("grpo-doctor: no findings: nothing known to go wrong was seen", file=sys.stderr)
+    print(f"grpo-doctor: report: {html_path}", file=sys.stderr)

@@ -16,6 +16,8 @@ def test_demo_trains_two_cpu_ranks_and_leaves_a_run_directory(tmp_path):
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert f"run directory: {tmp_path / 'run'}" in out.stdout
+    assert "no findings: nothing known to go wrong was seen" in out.stdout
+    assert (tmp_path / "run" / "report.html").is_file() and (tmp_path / "run" / "findings.json").is_file()
     run = load_run([tmp_path / "run"])
     assert sorted(run.ranks) == [0, 1] and not run.warnings
     assert all(len(log.of_kind(Step)) == 2 for log in run.ranks.values())
@@ -31,6 +33,7 @@ def test_demo_with_an_injected_crash_fails_and_names_the_rank(tmp_path):
     assert out.returncode == 1
     rank1 = next(line for line in out.stdout.splitlines() if line.strip().startswith("1 "))
     assert "RuntimeError in backward" in rank1
+    assert "CRITICAL rank-crash: rank(s) 1 crashed: RuntimeError in backward at step 1" in out.stdout
 
 
 def test_demo_rejects_a_malformed_inject_spec_in_one_line(tmp_path):

@@ -68,6 +68,11 @@ def test_a_stuck_rank_of_the_reference_trainer_is_named_with_its_phase_and_step(
     for stack_dir in report["stack_dirs"]:
         assert {p.name for p in Path(stack_dir).glob("rank-*.json")} == {"rank-00000.json", "rank-00001.json"}
     assert "the others wait for: rank 1 in rollout at step 3" in out.stderr
+    assert "grpo-doctor: CRITICAL hang: hang on" in out.stderr and f"report: {run_dir / 'report.html'}" in out.stderr
+    html = (run_dir / "report.html").read_text()
+    assert 'data-finding-id="hang"' in html and "The others wait for rank(s) 1" in html
+    assert "rank 1 (odd one out): rollout, step 3, stuck" in html  # its stack, opened in the report
+    assert json.loads((run_dir / "findings.json").read_text())["findings"][0]["id"] == "hang"
     assert not leftovers(str(run_dir))
 
 
