@@ -114,23 +114,27 @@ def step_metrics(ev: Evidence, max_metrics: int = MAX_METRICS) -> str | None:
     rows = math.ceil(len(metrics) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(11, 2.4 * rows), dpi=DPI, squeeze=False)
     for ax, metric in zip(axes.flat, metrics, strict=False):
-        _lines_by(ax, steps.dropna(subset=[metric]), "step", metric, 0.0, scale=1.0, by="rank")
+        _lines_by(ax, steps.dropna(subset=[metric]), "step", metric, 0.0, scale=1.0, by="rank", legend=False)
         ax.set_title(metric, fontsize=9, loc="left")
         ax.grid(alpha=0.3)
         ax.tick_params(labelsize=8)
     for ax in list(axes.flat)[len(metrics):]:
         ax.set_visible(False)
-    fig.tight_layout()
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.tight_layout(rect=(0, 0, 1, 0.96 if labels else 1))
+    if labels:  # one legend for all panels: the ranks (or the band) are the same in each
+        fig.legend(handles, labels, loc="upper center", ncol=min(len(labels), 8), fontsize=8, frameon=False)
     return _to_uri(fig)
 
 
-def _lines_by(ax, table: pd.DataFrame, x: str, y: str, x0: float, scale: float, by: str) -> None:
+def _lines_by(ax, table: pd.DataFrame, x: str, y: str, x0: float, scale: float, by: str,
+              legend: bool = True) -> None:
     groups = list(table.groupby(by, sort=True))
     if len(groups) <= MAX_LINES:
         for key, rows in groups:
             label = f"rank {key}" if isinstance(key, (int, float)) and not isinstance(key, bool) else str(key)
             ax.plot(rows[x] - x0, rows[y] / scale, linewidth=1.2, label=label)
-        if len(groups) > 1:
+        if legend and len(groups) > 1:
             ax.legend(fontsize=7, ncol=min(4, len(groups)))
         return
     # Many ranks: a band shows the spread, the median the typical rank; binning x keeps it cheap.
@@ -138,7 +142,8 @@ def _lines_by(ax, table: pd.DataFrame, x: str, y: str, x0: float, scale: float, 
     stats = (table[y] / scale).groupby(bins).agg(["min", "median", "max"])
     ax.fill_between(stats.index, stats["min"], stats["max"], alpha=0.25, label=f"min-max over {len(groups)} ranks")
     ax.plot(stats.index, stats["median"], linewidth=1.2, label="median")
-    ax.legend(fontsize=7)
+    if legend:
+        ax.legend(fontsize=7)
 
 
 def _end_of_run(ev: Evidence) -> float:

@@ -68,3 +68,15 @@ def test_ranks_stopped_by_sigterm_are_not_crashes_after_watch_ended_a_hang(tmp_p
     host_dir.mkdir(parents=True)
     (host_dir / "summary.json").write_text(json.dumps({"host": "node-0", "hang_ended_by_watch": True, "ranks": {}}))
     assert list(rank_crash.check(load_evidence([run_dir]), rank_crash.Config())) == []
+
+
+def test_ranks_watch_saw_leave_after_a_clean_end_are_not_crashes(tmp_path):
+    run_dir = tmp_path / "run"
+    for rank in (0, 1):
+        write_rank(run_dir, rank, [header(rank, 2), End(**common(rank, step=5), reason=EndReason.SHUTDOWN)])
+    host_dir = run_dir / "supervisor" / "node-0"
+    host_dir.mkdir(parents=True)
+    ranks = {str(r): {"ended": "shutdown", "error": None, "gone": "ended (shutdown)", "step": 5} for r in (0, 1)}
+    (host_dir / "summary.json").write_text(json.dumps({"host": "node-0", "hang_ended_by_watch": False,
+                                                       "ranks": ranks}))
+    assert list(rank_crash.check(load_evidence([run_dir]), rank_crash.Config())) == []

@@ -1,3 +1,4 @@
+import pytest
 from rundata import common, header, write_rank
 
 from grpo_doctor.analysis.load import load_evidence
@@ -28,3 +29,12 @@ def test_small_absolute_differences_are_not_stragglers(tmp_path):
     for rank in range(4):
         write_rank(tmp_path, rank, [header(rank)] + _phases(rank, [0.4, 0.4] if rank == 0 else [0.1, 0.1]))
     assert not list(straggler.check(load_evidence([tmp_path]), straggler.Config()))
+
+
+@pytest.mark.distributed
+def test_the_reference_trainer_with_a_slow_rank_gets_that_rank_named_in_rollout(launch_trainer, tmp_path):
+    result = launch_trainer(tmp_path / "run", "--steps", "4", "--inject", "slow:rank=1,delay_s=0.8", nproc=3)
+    assert result.returncode == 0, result.explain()
+    findings = list(straggler.check(load_evidence([tmp_path / "run"]), straggler.Config()))
+    assert [(f.id, f.ranks, f.phase) for f in findings] == [("straggler", (1,), "rollout")]
+    assert findings[0].evidence["phases"]["rollout"]["rank_median_s"] >= 0.8

@@ -59,7 +59,7 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
                                       "source": "event-log", "message": "log stops without an end record"})
     for summary in run.summaries.values():
         for rank_s, info in (summary.get("ranks") or {}).items():
-            if info.get("gone"):
+            if info.get("gone") and not _ended_cleanly(info):
                 entry = crashes.setdefault(int(rank_s), {"phase": info.get("open_phase"), "step": info.get("step"),
                                                          "source": "watch"})
                 entry.setdefault("message", info["gone"])
@@ -117,6 +117,11 @@ def _hints(signal: str | None, exitcode: int | None) -> tuple[str, ...]:
     if signal == "SIGABRT" or exitcode in (-6, 134):
         hints.append(HINTS[2])
     return tuple(hints)
+
+
+def _ended_cleanly(info: dict[str, Any]) -> bool:
+    """watch notes every rank that left, also one that wrote its end record and exited normally."""
+    return info.get("ended") in ("exit", "shutdown") and not info.get("error")
 
 
 def _collateral(info: dict[str, Any]) -> bool:
