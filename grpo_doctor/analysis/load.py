@@ -3,8 +3,9 @@
 A run directory contributes its rank files (via `eventlog.load_run`) and the artifacts of each
 node's `grpo-doctor watch` under `supervisor/<host>/` (summary.json, hang-N.json,
 signatures.jsonl); a directory with `supervisor/` but no `ranks/` is an uninstrumented watched
-run. Any other file is read as raw text (torchrun / ms-swift / TRL output, dmesg) through the
-signature parsers: binary, empty or huge files are fine, unknown text is no error.
+run. PyTorch flight-recorder dumps (`fr/`, or any file that starts like one) become `flight_dumps`;
+one that cannot be read is a warning. Any other file is read as raw text (torchrun / ms-swift / TRL
+output, dmesg) through the signature parsers: binary, empty or huge files are fine, unknown text is no error.
 
 Tables (pandas, only inside analysis/ and report/):
   phases:     rank, host, step, phase, path, begin_t, end_t, duration_s, error  (open phases: end_t NaN)
@@ -31,8 +32,9 @@ from typing import Any
 
 import pandas as pd
 
-from grpo_doctor.eventlog import RunDirError, RunLog, load_run
 from grpo_doctor.analysis.clock import describe_offsets, host_offsets, shift_times
+from grpo_doctor.eventlog import RunDirError, RunLog, load_run
+from grpo_doctor.logs.flight_recorder import FlightDump, FlightDumpError, is_flight_dump, read_flight_dump
 from grpo_doctor.logs.signatures import Signature, scan_file
 from grpo_doctor.schema import Error, Header, Memory, PhaseBegin, PhaseEnd, RunPaths, Step
 
@@ -71,6 +73,7 @@ class Evidence:
     samples: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=SAMPLE_COLUMNS))
     sample_rows: list[dict[str, Any]] = field(default_factory=list)
     clock_offsets: dict[str, float] = field(default_factory=dict)  # host -> s ahead of the reference host
+    flight_dumps: list[FlightDump] = field(default_factory=list)  # from fr/ and raw dump files
 
     @property
     def headers(self) -> dict[int, Header]:
@@ -113,22 +116,23 @@ def load_evidence(paths: Sequence[str | Path]) -> Evidence:
             if path.name.startswith("rank-") and path.suffix == ".jsonl":
                 rank_sources.append(path)
             else:
-                _add_signatures(ev, scan_file(path), source=str(path), host=None)
+                _add_log_file(ev, path)
             continue
         paths_in = RunPaths(path)
         has_ranks = paths_in.ranks.is_dir() and any(paths_in.ranks.glob("rank-*.jsonl"))
         has_supervisor = paths_in.supervisor.is_dir()
+        has_fr = _load_flight_dumps(ev, paths_in.flight_recorder)
         if has_ranks:
             rank_sources.append(path)
         if has_supervisor:
             _load_supervisor(ev, paths_in.supervisor)
-        if not has_ranks and not has_supervisor:
+        if not has_ranks and not has_supervisor and not has_fr:
             files = sorted(p for p in path.iterdir() if p.is_file())
             if not files:
                 raise EvidenceError(f"{path} holds no rank files, no supervisor/ and no log files",
                                     "pass a run directory written by grpo-doctor (not its parent), or log files")
             for file in files:
-                _add_signatures(ev, scan_file(file), source=str(file), host=None)
+                _add_log_file(ev, file)
     if rank_sources:
         try:
             ev.run = load_run(rank_sources)
@@ -137,6 +141,33 @@ def load_evidence(paths: Sequence[str | Path]) -> Evidence:
         ev.warnings += ev.run.warnings
     _build_tables(ev)
     return ev
+
+
+def _add_log_file(ev: Evidence, path: Path) -> None:
+    """A raw file: a flight-recorder dump (told by its first bytes), else text for the signature parsers."""
+    if is_flight_dump(path):
+        _add_flight_dump(ev, path)
+    else:
+        _add_signatures(ev, scan_file(path), source=str(path), host=None)
+
+
+def _load_flight_dumps(ev: Evidence, fr_dir: Path) -> bool:
+    """Every file in fr/ is meant to be a dump (torch writes <prefix><rank>): one that is not becomes a warning."""
+    files = sorted(p for p in fr_dir.iterdir() if p.is_file()) if fr_dir.is_dir() else []
+    for file in files:
+        _add_flight_dump(ev, file)
+    return bool(files)
+
+
+def _add_flight_dump(ev: Evidence, path: Path) -> None:
+    try:
+        dump = read_flight_dump(path)
+    except FlightDumpError as exc:
+        ev.warnings.append(f"{exc}; left out")
+        return
+    if dump.rank is None:  # torch's writer appends the rank; without it the dump cannot be lined up
+        ev.warnings.append(f"{path}: flight-recorder dump whose name does not end in its rank; not matched")
+    ev.flight_dumps.append(dump)
 
 
 def _load_supervisor(ev: Evidence, supervisor: Path) -> None:

@@ -40,9 +40,10 @@ _COMPLETED = re.compile(r"last completed (?:NCCL )?work:\s*(-?\d+)")
 _STUCK = re.compile(r"watchdog got stuck for (\d+) seconds")
 _ERROR = re.compile(
     r"NCCL error(?: in: (?P<file>[^\s,]+?):(?P<line>\d+))?[,:] (?P<detail>.+?)"
-    r"(?: \(run with NCCL_DEBUG=INFO for details\))?(?:, NCCL [vV]ersion (?P<version>[\w.+-]+)|[.;]|\s*$| ncclR| nccl\w+Error)"
+    r"(?: \(run with NCCL_DEBUG=\w+ for details\))?(?:, NCCL [vV]ersion (?P<version>[\w.+-]+)|[.;]|\s*$| ncclR| nccl\w+Error)"
 )
-_ERROR_CODE = re.compile(r"\b(nccl[A-Z]\w*Error)\b")
+# ncclResult_t names; two of them do not end in "Error".
+_ERROR_CODE = re.compile(r"\b(nccl(?:[A-Z]\w*Error|InvalidArgument|InvalidUsage))\b")
 _LAST_ERROR = re.compile(r"Last error:\s*(.*?)\s*$")
 _NCCL_HEADER = re.compile(r"([\w.-]+):(\d+):\d+ \[(\d+)\]")
 _WARN = re.compile(r"NCCL WARN\s+(.*?)\s*$")

@@ -142,6 +142,18 @@ def test_nccl_errors_carry_the_last_error_printed_on_later_lines():
     assert errors[24].fields["detail"] == "invalid usage"  # the log's last line, finished by close()
 
 
+def test_nccl_invalid_usage_keeps_its_code_and_drops_the_nccl_debug_warn_advice():
+    [sig] = _of(scan_text(
+        "[rank5]: RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1970, invalid usage "
+        "(run with NCCL_DEBUG=WARN for details), NCCL version 2.19.3\n"
+        "[rank5]: ncclInvalidUsage: This usually reflects invalid usage of NCCL library.\n"
+        "[rank5]: Last error:\n"
+        "[rank5]: Duplicate GPU detected : rank 5 and rank 4 both on CUDA device 3d000\n"), "nccl-error")
+    assert (sig.fields["detail"], sig.fields["error_code"], sig.fields["nccl_version"]) == (
+        "invalid usage", "ncclInvalidUsage", "2.19.3")
+    assert sig.fields["last_error"].startswith("Duplicate GPU detected")
+
+
 def test_nccl_warnings_flag_connects_to_a_wrong_interface():
     warns = {s.line_number: s.fields for s in _of(_scan("nccl_errors.log"), "nccl-warn")}
     assert (warns[2]["host"], warns[2]["pid"], warns[2]["device"]) == ("node-2", 40417, 7)

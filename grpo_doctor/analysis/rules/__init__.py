@@ -14,16 +14,22 @@ from types import ModuleType
 from grpo_doctor.analysis.findings import Finding, sort_findings
 from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.analysis.rules import (
+    collective_mismatch,
     config_mismatch,
     cuda_oom,
     hang,
+    host_oom,
+    nccl_error,
     nccl_timeout,
     rank_crash,
+    rendezvous_failure,
     straggler,
     version_mismatch,
+    vllm_memory,
 )
 
-RULES: list[ModuleType] = [hang, rank_crash, cuda_oom, nccl_timeout, config_mismatch, version_mismatch, straggler]
+RULES: list[ModuleType] = [hang, rank_crash, cuda_oom, nccl_timeout, config_mismatch, version_mismatch, straggler,
+                           nccl_error, rendezvous_failure, host_oom, vllm_memory, collective_mismatch]
 
 
 def rule_name(rule: ModuleType) -> str:

@@ -1,0 +1,141 @@
+"""`collective-mismatch`: flight-recorder dumps show ranks that did not issue the same collectives.
+
+The dumps of all ranks (run-dir `fr/`, or dump files given directly) are lined up per process group
+by collective sequence number (`logs.fr_match`). Two findings, at most one of each per group:
+
+Missing ranks: some members never issued a collective the others did (they wait in it forever).
+Evidence keys: `pg` (label), `pg_name`, `pg_desc`, `seq`, `op`, `input_sizes`, `output_sizes`,
+`input_dtypes`, `frame` (where the present ranks' code issued it), `ranks_present`, `ranks_missing`,
+`ranks_without_dump`, `last_issued` ({rank: seq}), `last_completed` ({rank: seq or None}),
+`missing_last_calls` ({missing rank: {"seq", "op", "frame"}}: the last collective it did issue),
+`dump_files`.
+
+Op / size / dtype mismatch: at one seq the ranks issued different ops, shapes or dtypes; the first such
+seq of the group is reported (after a skipped collective every later one differs too).
+Evidence keys: `pg`, `pg_name`, `pg_desc`, `seq`, `kinds` (of "op", "sizes", "dtypes"), `odd_ranks`,
+`calls` ({rank: {"op", "input_sizes", "output_sizes", "input_dtypes", "output_dtypes", "frame"}}),
+`num_mismatched_seqs`, `first_mismatched_seqs`, `dump_files`.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from grpo_doctor.analysis.findings import Finding
+from grpo_doctor.analysis.load import Evidence
+from grpo_doctor.logs.fr_match import Call, CollectiveMismatch, GroupMatch, match_dumps
+from grpo_doctor.rankset import format_ranks
+
+ID = "collective-mismatch"
+
+HINT_PATHS = ("The ranks took different code paths. Make the launch identical on every node (NNODES, "
+              "NPROC_PER_NODE, CUDA_VISIBLE_DEVICES, use_vllm / vllm_mode and every other ms-swift/TRL argument), "
+              "and look for rank-conditional code around collectives: `if rank == 0:` / `is_main_process` blocks "
+              "that log, evaluate, save or generate and call all_reduce, gather_object or barrier inside.")
+HINT_DATA = ("Uneven data per rank makes one rank run out of batches first and skip the step's collectives: set "
+             "drop_last (TRL/ms-swift --dataloader_drop_last true), give every rank the same number of samples "
+             "(dataset length divisible by world size x per-device batch), and keep per_device_train_batch_size "
+             "and num_generations the same on every node.")
+HINT_STACK = ("Look at the missing rank's stack: the last collective it issued is in missing_last_calls, and under "
+              "`grpo-doctor watch` its py-spy stack at the hang shows what it does instead (generation, saving, "
+              "evaluation, a data loader, or a different collective).")
+HINT_SHAPES = ("Different shapes or dtypes at one collective mean the ranks built different tensors: padding to each "
+               "rank's own longest sequence instead of an agreed length, a model sharded differently (DeepSpeed ZeRO "
+               "stage or config differs between nodes), or bf16/fp16/fp32 set on some ranks only. Compare the "
+               "ranks' configs and the code at the frames shown.")
+HINTS = (HINT_PATHS, HINT_DATA, HINT_STACK, HINT_SHAPES)
+
+
+@dataclass(frozen=True)
+class Config:
+    # Per-rank calls listed in a mismatch's evidence: the odd ranks always, then others up to this many,
+    # so a 512-rank job's finding stays readable.
+    max_ranks_listed: int = 32
+    # Mismatched seqs named besides the first (they are usually the first one's consequences).
+    max_seqs_listed: int = 8
+
+
+def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
+    if not run.flight_dumps:
+        return
+    files = sorted(d.path for d in run.flight_dumps)
+    host_of = {d.rank: d.host for d in run.flight_dumps if d.host}
+    for group in match_dumps(run.flight_dumps).groups:
+        if group.mismatches:
+            yield _mismatch_finding(run, cfg, group, files, host_of)
+        if group.missing is not None:
+            yield _missing_finding(run, group, files, host_of)
+
+
+def _missing_finding(run: Evidence, group: GroupMatch, files: list[str], host_of: dict) -> Finding:
+    missing = group.missing
+    call = missing.call
+    op = call.op if call else "collective"
+    title = (f"rank(s) {format_ranks(list(missing.ranks_missing))} never issued {op} #{missing.seq} of process group "
+             f"{group.label}; rank(s) {format_ranks(list(missing.ranks_present))} wait in it")
+    last_calls = {r: {"seq": group.progress[r].last_issued, "op": _op(group.progress[r].last_call),
+                      "frame": _frame(group.progress[r].last_call)} for r in missing.ranks_missing}
+    return Finding(
+        id=ID, severity="critical", title=title, ranks=missing.ranks_missing,
+        hosts=_hosts(run, missing.ranks_missing, host_of),
+        evidence={"pg": group.label, "pg_name": group.pg_name, "pg_desc": group.pg_desc, "seq": missing.seq,
+                  "op": call.op if call else None, "input_sizes": _sizes(call.input_sizes) if call else None,
+                  "output_sizes": _sizes(call.output_sizes) if call else None,
+                  "input_dtypes": list(call.input_dtypes) if call else None, "frame": _frame(call),
+                  "ranks_present": list(missing.ranks_present), "ranks_missing": list(missing.ranks_missing),
+                  "ranks_without_dump": list(group.ranks_without_dump),
+                  "last_issued": {r: p.last_issued for r, p in group.progress.items()},
+                  "last_completed": {r: p.last_completed for r, p in group.progress.items()},
+                  "missing_last_calls": last_calls, "dump_files": files},
+        hints=(HINT_STACK, HINT_PATHS, HINT_DATA),
+    )
+
+
+def _mismatch_finding(run: Evidence, cfg: Config, group: GroupMatch, files: list[str], host_of: dict) -> Finding:
+    mismatches = group.mismatches
+    first = mismatches[0]
+    listed = list(first.odd_ranks) + [r for r in first.calls if r not in first.odd_ranks]
+    listed = sorted(listed[:max(cfg.max_ranks_listed, len(first.odd_ranks))])
+    what = {"op": "ops", "sizes": "shapes", "dtypes": "dtypes"}
+    title = (f"ranks issued collective #{first.seq} of process group {group.label} with different "
+             f"{' and '.join(what[k] for k in first.kinds)}: "
+             + "; ".join(f"rank(s) {format_ranks(rs)}: {desc}" for desc, rs in list(_variants(first).items())[:3]))
+    hints = (HINT_PATHS, HINT_DATA, HINT_STACK) if first.kinds == ("op",) else (HINT_SHAPES, HINT_PATHS)
+    return Finding(
+        id=ID, severity="critical", title=title, ranks=first.odd_ranks, hosts=_hosts(run, first.odd_ranks, host_of),
+        evidence={"pg": group.label, "pg_name": group.pg_name, "pg_desc": group.pg_desc, "seq": first.seq,
+                  "kinds": list(first.kinds), "odd_ranks": list(first.odd_ranks),
+                  "calls": {r: _call(first.calls[r]) for r in listed}, "num_mismatched_seqs": len(mismatches),
+                  "first_mismatched_seqs": [m.seq for m in mismatches[:cfg.max_seqs_listed]], "dump_files": files},
+        hints=hints,
+    )
+
+
+def _variants(m: CollectiveMismatch) -> dict[str, list[int]]:
+    """One short description per distinct call, with the ranks that made it."""
+    out: dict[str, list[int]] = {}
+    for rank, c in m.calls.items():
+        dtypes = ",".join(sorted(set(c.input_dtypes) | set(c.output_dtypes)))
+        out.setdefault(f"{c.op} {_sizes(c.input_sizes)} {dtypes}".strip(), []).append(rank)
+    return out
+
+
+def _call(c: Call) -> dict:
+    return {"op": c.op, "input_sizes": _sizes(c.input_sizes), "output_sizes": _sizes(c.output_sizes),
+            "input_dtypes": list(c.input_dtypes), "output_dtypes": list(c.output_dtypes), "frame": c.frame}
+
+
+def _sizes(sizes: tuple[tuple[int, ...], ...]) -> list[list[int]]:
+    return [list(s) for s in sizes]
+
+
+def _op(c: Call | None) -> str | None:
+    return c.op if c else None
+
+
+def _frame(c: Call | None) -> str | None:
+    return c.frame if c else None
+
+
+def _hosts(run: Evidence, ranks: tuple[int, ...], host_of: dict) -> tuple[str, ...]:
+    return tuple(sorted({h for h in (host_of.get(r) or run.host_of(r) for r in ranks) if h}))

@@ -1,0 +1,130 @@
+"""`host-oom`: host (CPU) memory ran out and a process was killed: the kernel's OOM killer, a memory
+cgroup's limit (containers, Slurm, k8s) or Ray's memory monitor.
+
+From host-oom signatures (dmesg / syslog / Ray output). The killed pid is linked to a rank where the
+evidence allows: torchrun's failure report for that pid (child-failed, SIGKILL / exit code -9
+carries pid and rank), or a rank header with that pid when a run directory is loaded. Pids repeat
+across hosts, so a link is only made when the hosts agree or one side names none. A pid that is
+no rank (a dataloader worker, a vLLM worker) stays unlinked. One finding per killed process.
+
+Evidence keys: `pid`, `process` (its name, or the Ray task), `anon_rss_bytes` (its resident
+anonymous memory when killed), `total_vm_bytes`, `cgroup` (True: a memory cgroup's limit was hit,
+not the machine's RAM), `used_bytes` / `total_bytes` / `threshold` (Ray: node memory and the
+monitor's kill fraction), `node_ip`, `rank` (None when the pid is no known rank), `source`
+("kernel" or "ray"), `log` (the file it was read from).
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from grpo_doctor.analysis.findings import Finding
+from grpo_doctor.analysis.load import Evidence
+from grpo_doctor.logs.kinds import CHILD_FAILED, HOST_OOM
+
+ID = "host-oom"
+
+HINT_CGROUP = ("A container / cgroup memory limit was hit, not the machine's RAM: raise the limit (docker run "
+               "--memory, k8s resources.limits.memory, Slurm --mem) to what the job needs, or lower its use as below.")
+HINT_RAY = ("Ray's memory monitor killed the worker when the node passed its threshold: lower the node's memory use "
+            "as below, schedule fewer actors per node, or (knowing the risk of the kernel OOM killer instead) raise "
+            "RAY_memory_usage_threshold.")
+HINT_OFFLOAD = ("Host RAM is the limit here, not the GPU: DeepSpeed offload_optimizer / offload_param to cpu keeps "
+                "Adam states in host memory (about 12-16 bytes per parameter, e.g. ~100 GB for 7B, split over the "
+                "ranks that share it, plus pinned buffers); offload less (offload_param off first), or run fewer "
+                "ranks per node.")
+HINT_WORKERS = ("Each dataloader worker is a process with its own copy of the dataset state: lower "
+                "dataloader_num_workers (e.g. 2) and avoid loading whole datasets into every rank.")
+HINT_VLLM_SWAP = ("vLLM reserves swap_space GiB of host memory per GPU worker for preempted requests (default 4): "
+                  "lower vllm swap_space (e.g. 0-1) when many engines share a node.")
+HINTS = (HINT_CGROUP, HINT_RAY, HINT_OFFLOAD, HINT_WORKERS, HINT_VLLM_SWAP)
+
+KILL_SIGNALS = ("SIGKILL",)
+
+
+@dataclass(frozen=True)
+class Config:
+    pass  # every kill is a finding: the killed process is gone
+
+
+def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
+    ranks_of_pid = _ranks_of_pid(run)
+    seen: set[tuple] = set()
+    for row in run.signature_rows:
+        if row["kind"] != HOST_OOM:
+            continue
+        f = row["fields"]
+        # dmesg and syslog passed together report one kill twice.
+        key = (row["host"], f.get("source"), f.get("pid"), f.get("anon_rss_bytes"), f.get("used_bytes"))
+        if key in seen:
+            continue
+        seen.add(key)
+        rank, rank_host = _link(ranks_of_pid, f.get("pid"), row["host"])
+        host = row["host"] or rank_host or run.host_of(rank)
+        yield Finding(
+            id=ID, severity="critical", title=_title(f, rank), ranks=(rank,) if rank is not None else (),
+            hosts=(host,) if host else (), step=None, phase=None,
+            evidence={"pid": f.get("pid"), "process": f.get("process"), "anon_rss_bytes": f.get("anon_rss_bytes"),
+                      "total_vm_bytes": f.get("total_vm_bytes"), "cgroup": f.get("cgroup"),
+                      "used_bytes": f.get("used_bytes"), "total_bytes": f.get("total_bytes"),
+                      "threshold": f.get("threshold"), "node_ip": f.get("node_ip"), "rank": rank,
+                      "source": f.get("source"), "log": row["source"]},
+            hints=_hints(f),
+        )
+
+
+def _title(f: dict[str, Any], rank: int | None) -> str:
+    name = f.get("process") or "unknown process"
+    who = f"rank {rank} (pid {f.get('pid')}, {name})" if rank is not None else f"pid {f.get('pid')} ({name})"
+    if f.get("source") == "ray":
+        node = f" on node {f['node_ip']}" if f.get("node_ip") else ""
+        used = (f": node memory {_gib(f['used_bytes'])} of {_gib(f['total_bytes'])}, over the {f['threshold']:g} "
+                f"threshold" if f.get("used_bytes") and f.get("total_bytes") and f.get("threshold") is not None else "")
+        if f.get("pid") is None:
+            return f"host OOM: Ray's memory monitor killed a worker{node}{used}"
+        return f"host OOM: Ray's memory monitor killed {who}{node}{used}"
+    killer = "a memory cgroup limit" if f.get("cgroup") else "the kernel's OOM killer"
+    rss = f" holding {_gib(f['anon_rss_bytes'])} of host memory" if f.get("anon_rss_bytes") else ""
+    return f"host OOM: {killer} killed {who}{rss}"
+
+
+def _hints(f: dict[str, Any]) -> tuple[str, ...]:
+    first = (HINT_CGROUP,) if f.get("cgroup") else (HINT_RAY,) if f.get("source") == "ray" else ()
+    return first + (HINT_OFFLOAD, HINT_WORKERS, HINT_VLLM_SWAP)
+
+
+def _ranks_of_pid(run: Evidence) -> dict[int, list[tuple[int, str | None]]]:
+    """pid -> [(rank, host)] from rank headers (every attempt) and torchrun's reports of workers
+    killed by SIGKILL (what the OOM killer sends)."""
+    found: dict[int, list[tuple[int, str | None]]] = {}
+    for rank, log in (run.run.ranks if run.run else {}).items():
+        for header in log.headers:
+            found.setdefault(header.pid, []).append((rank, header.host))
+    for row in run.signature_rows:
+        f = row["fields"]
+        if (row["kind"] == CHILD_FAILED and f.get("pid") is not None and f.get("rank") is not None
+                and (f.get("signal") in KILL_SIGNALS or f.get("exitcode") == -9)):
+            found.setdefault(f["pid"], []).append((f["rank"], f.get("host") or row["host"]))
+    return found
+
+
+def _link(ranks_of_pid: dict[int, list[tuple[int, str | None]]], pid: int | None,
+          host: str | None) -> tuple[int | None, str | None]:
+    """The rank (and its host) of `pid`, when exactly one rank fits; None when none or several do."""
+    if pid is None:
+        return None, None
+    fits = {(rank, rank_host) for rank, rank_host in ranks_of_pid.get(pid, [])
+            if host is None or rank_host is None or _short(rank_host) == _short(host)}
+    if len({rank for rank, _ in fits}) != 1:
+        return None, None
+    rank_hosts = sorted({h for _, h in fits if h})
+    return next(iter(fits))[0], rank_hosts[0] if rank_hosts else None
+
+
+def _short(host: str) -> str:
+    return host.split(".")[0] if not host[:1].isdigit() else host
+
+
+def _gib(num_bytes: int) -> str:
+    return f"{num_bytes / 2**30:.1f} GiB"
