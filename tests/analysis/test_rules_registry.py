@@ -38,3 +38,27 @@ def test_a_rule_that_raises_becomes_a_warning_naming_it_not_a_crash():
     findings, warnings = run_rules(Evidence(paths=[]), rules=[_rule("broken", _raise), _rule("ok", _ok)])
     assert [f.id for f in findings] == ["ok"]
     assert any("rule broken failed" in w and "KeyError" in w for w in warnings)
+
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "findings.md"
+DATA = Path(__file__).resolve().parents[1] / "data"
+
+
+def test_every_evidence_key_a_rule_emits_is_documented_in_its_module_and_in_docs():
+    from grpo_doctor.analysis.load import load_evidence
+
+    docs = DOCS.read_text()
+    by_id = {r.ID: r for r in RULES}
+    for rule in RULES:
+        assert f"## `{rule.ID}`" in docs, f"docs/findings.md has no section for {rule.ID}"
+    sources = sorted((DATA / "logs").glob("*")) + [DATA / "fr" / "skip", DATA / "fr" / "shape"]
+    seen_ids = set()
+    for source in sources:
+        findings, _ = run_rules(load_evidence([source]))
+        for f in findings:
+            seen_ids.add(f.id)
+            doc = by_id[f.id].__doc__
+            section = docs[docs.index(f"## `{f.id}`"):]
+            for key in f.evidence:
+                assert f"`{key}`" in doc and f"`{key}`" in section, f"{f.id}: evidence key {key!r} undocumented"
+    assert len(seen_ids) >= 8  # the fixtures exercise most rules

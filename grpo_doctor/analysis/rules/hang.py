@@ -21,7 +21,8 @@ HINTS = (
     "collective or still computing; a rank in a different code path usually means launch settings differ "
     "between nodes: make NNODES, NPROC_PER_NODE, MASTER_ADDR, MASTER_PORT, CUDA_VISIBLE_DEVICES and use_vllm "
     "identical everywhere.",
-    "Set TORCH_NCCL_TRACE_BUFFER_SIZE=2000 and TORCH_NCCL_DUMP_ON_TIMEOUT=1 so the NCCL flight recorder names "
+    "Set TORCH_FR_BUFFER_SIZE=2000 (torch < 2.9: TORCH_NCCL_TRACE_BUFFER_SIZE) and TORCH_NCCL_DUMP_ON_TIMEOUT=1 "
+    "(grpo-doctor watch sets both) so the NCCL flight recorder names "
     "the rank missing from the collective next time.",
     "Make a hang fail fast instead of waiting the default 30 min: lower the collective timeout "
     "(ms-swift/TRL --ddp_timeout 600; torch init_process_group(timeout=timedelta(minutes=10))).",

@@ -25,7 +25,8 @@ HINT_ABSENT = ("The ranks that did not report never reached this collective: loo
                "(their last phase and stack; run under `grpo-doctor watch` to capture stacks at the hang).")
 HINT_DESYNC = ("Ranks disagree on the collective's sequence number (desync): check launch settings are identical "
                "across nodes (NNODES, NPROC_PER_NODE, CUDA_VISIBLE_DEVICES, use_vllm, per-rank data sizes).")
-HINT_FR = ("Set TORCH_NCCL_TRACE_BUFFER_SIZE=2000 and TORCH_NCCL_DUMP_ON_TIMEOUT=1 to get flight-recorder dumps "
+HINT_FR = ("Set TORCH_FR_BUFFER_SIZE=2000 (torch < 2.9: TORCH_NCCL_TRACE_BUFFER_SIZE) and TORCH_NCCL_DUMP_ON_TIMEOUT=1 "
+           "(grpo-doctor watch sets both) to get flight-recorder dumps "
            "naming the missing rank and mismatched collectives.")
 HINT_TIMEOUT = ("If one rank legitimately works longer (e.g. vLLM generation or checkpoint saving on rank 0), "
                 "raise the timeout: ms-swift/TRL --ddp_timeout 3600, or init_process_group(timeout=...).")
