@@ -36,6 +36,8 @@ class RecordKind(str, Enum):
     MEMORY = "memory"
     ERROR = "error"
     END = "end"
+    ROLLOUT = "rollout"
+    RNG = "rng"
 
     def __str__(self) -> str:
         return self.value
@@ -162,6 +164,58 @@ class End(Record):
 
 
 @dataclass(frozen=True)
+class Rollout(Record):
+    """One step's rollouts on this rank, as statistics and hashes (never every text).
+
+    Completions are listed in the order given; `group_ids[i]` is the GRPO group (the prompt's
+    copies) of completion i and `prompt_hashes[i]` the hash of its prompt, so copies of one prompt
+    sampled on different ranks can be matched. Hashes are 16 hex digits (64-bit BLAKE2b of the
+    token ids, else of the UTF-8 text). Rates are fractions in [0, 1].
+    """
+
+    KIND: ClassVar[RecordKind] = RecordKind.ROLLOUT
+    num_completions: int
+    num_groups: int
+    completion_hashes: list[str]
+    prompt_hashes: list[str]
+    group_ids: list[int]
+    duplicate_rate: float | None  # mean over groups of (completions equal to an earlier one in the group) / size
+    distinct_1: float | None  # distinct unigrams / unigrams over all completions of the step
+    distinct_2: float | None
+    edit_distance: float | None  # mean normalised pairwise edit distance within groups, bounded sample
+    length_mean: float | None  # tokens (or characters where no token ids were given)
+    length_min: int | None
+    length_max: int | None
+    truncated_frac: float | None  # completions that reached max_length
+    reward_mean: float | None
+    reward_std: float | None  # over all completions of the step on this rank
+    group_reward_std_mean: float | None  # mean over groups of the group's reward std
+    zero_std_frac: float | None  # groups whose rewards are all equal (std < 1e-6)
+    temperature: float | None = None
+    max_length: int | None = None
+    samples: list[dict[str, Any]] = field(default_factory=list)  # a few {"group", "prompt", "completion", "reward"}
+
+
+@dataclass(frozen=True)
+class Rng(Record):
+    """Fingerprints of this rank's random generators (16 hex digits each; None where absent).
+
+    Ranks that sample different data must differ; ranks of one tensor-parallel group must agree.
+    `sampling_seed` is the seed the rollout engine samples with (vLLM's seed), when known.
+    """
+
+    KIND: ClassVar[RecordKind] = RecordKind.RNG
+    tag: str  # "init", "step", or the caller's label
+    torch_cpu: str | None = None
+    torch_cuda: str | None = None
+    numpy: str | None = None
+    python: str | None = None
+    sampling_seed: int | None = None
+    tp_rank: int | None = None  # rank inside the tensor-parallel group, when one is used
+    tp_group: int | None = None  # which tensor-parallel group (ranks of one group share sampling)
+
+
+@dataclass(frozen=True)
 class UnknownRecord:
     """A well-formed line of a kind this version does not know (written by a newer grpo-doctor)."""
 
@@ -174,7 +228,7 @@ class UnknownRecord:
 
 
 RECORD_TYPES: dict[str, type[Record]] = {
-    cls.KIND.value: cls for cls in (Header, PhaseBegin, PhaseEnd, Step, Memory, Error, End)
+    cls.KIND.value: cls for cls in (Header, PhaseBegin, PhaseEnd, Step, Memory, Error, End, Rollout, Rng)
 }
 
 

@@ -12,6 +12,8 @@ from grpo_doctor.schema import (
     Memory,
     PhaseBegin,
     PhaseEnd,
+    Rng,
+    Rollout,
     Step,
     UnknownRecord,
     record_from_dict,
@@ -27,6 +29,12 @@ EXAMPLES = [
     Memory(**COMMON, tag="step", host_rss_bytes=10, allocated_bytes=5, gpu_processes=[{"pid": 9, "used_bytes": 1}]),
     Error(**COMMON, exc_type="RuntimeError", message="boom", traceback="Traceback...", phase="forward", path="forward"),
     End(**COMMON, reason=EndReason.SIGNAL, signal="SIGTERM", open_path="rollout"),
+    Rollout(**COMMON, num_completions=2, num_groups=1, completion_hashes=["00ff00ff00ff00ff", "00ff00ff00ff00ff"],
+            prompt_hashes=["1234123412341234"] * 2, group_ids=[0, 0], duplicate_rate=0.5, distinct_1=0.4,
+            distinct_2=0.6, edit_distance=0.0, length_mean=12.0, length_min=12, length_max=12, truncated_frac=0.0,
+            reward_mean=1.0, reward_std=0.0, group_reward_std_mean=0.0, zero_std_frac=1.0, temperature=1.0,
+            max_length=64, samples=[{"group": 0, "prompt": "2+2=", "completion": "4", "reward": 1.0}]),
+    Rng(**COMMON, tag="init", torch_cpu="a1b2c3d4e5f60718", numpy=None, python="0011223344556677", sampling_seed=42),
 ]
 
 
