@@ -3,12 +3,14 @@
 Inside a training process:
     import grpo_doctor as gd
     gd.init()
+    gd.seed_audit("init", sampling_seed=seed + rank)
     with gd.phase("rollout"):
         ...
+    gd.rollouts(prompts, completions, rewards, completion_ids=ids, max_length=512, temperature=1.0)
     gd.memory_snapshot("step")
     gd.step(n, loss=loss, reward=reward)
 
-This import stays light: it never pulls in pandas, matplotlib, jinja2 or torch.
+This import stays light: it never pulls in pandas, matplotlib, jinja2, numpy or torch.
 """
 from grpo_doctor._version import __version__
 from grpo_doctor.rank.api import (
@@ -22,8 +24,10 @@ from grpo_doctor.rank.api import (
     shutdown,
     step,
 )
+from grpo_doctor.rank.rollouts import rollouts
+from grpo_doctor.rank.seeds import seed_audit
 
 __all__ = [
-    "__version__", "flush", "init", "is_recording", "memory_snapshot", "phase", "run_dir", "set_step",
-    "shutdown", "step",
+    "__version__", "flush", "init", "is_recording", "memory_snapshot", "phase", "rollouts", "run_dir",
+    "seed_audit", "set_step", "shutdown", "step",
 ]

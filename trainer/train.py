@@ -3,6 +3,8 @@
 One step: (weight-sync into vLLM) -> rollout of B completions per rank -> reward, gathered
 over ranks, group-normalised advantages -> reference log-probs -> policy log-probs and loss
 -> backward -> optimizer step. Faults from `--inject` fire just inside the phase they name.
+Each rank records its rollouts (`gd.rollouts`) every step and its random state
+(`gd.seed_audit`) at start and every SEED_AUDIT_EVERY steps.
 
 Typical use:
     torchrun --nproc-per-node 2 -m trainer.train --steps 6 --run-dir runs/demo
@@ -36,6 +38,8 @@ from trainer.model import build_policy_and_reference, save_model
 from trainer.reward import score_completions
 from trainer.rollout import VLLMRollout, generate_hf
 
+SEED_AUDIT_EVERY = 10
+
 
 @dataclass
 class Trainer:
@@ -45,12 +49,15 @@ class Trainer:
     reference: torch.nn.Module
     tokenizer: PreTrainedTokenizerBase
     injector: Injector
+    sampling_seed: int  # the seed this rank's rollouts sample with (vLLM's, or torch's for hf)
     vllm: VLLMRollout | None = None
 
     def run_step(self, n: int) -> dict[str, float]:
         cfg, info, inj = self.cfg, self.info, self.injector
         problems = make_problems(cfg.seed, n, cfg.num_prompts(info.world_size))
         mine = rank_slice(problems, info.rank, cfg.per_device_batch, cfg.num_generations)
+        if n and n % SEED_AUDIT_EVERY == 0:
+            gd.seed_audit("step", sampling_seed=self.sampling_seed)
 
         if self.vllm is not None:
             with gd.phase("weight-sync"):
@@ -76,6 +83,7 @@ class Trainer:
             stats = reward_stats(rewards, cfg.num_generations)
             lo, hi = info.rank * cfg.per_device_batch, (info.rank + 1) * cfg.per_device_batch
             advantages = group_advantages(rewards, cfg.num_generations)[lo:hi].to(info.device)
+        self.record_rollouts(n, prompts, comp, local, lo)
 
         input_ids, attention_mask = comp.input_ids, comp.attention_mask
         num_prompt_tokens = comp.prompt_ids.shape[1]
@@ -118,6 +126,14 @@ class Trainer:
             metrics["kl"] = kl.item()
         return metrics
 
+    def record_rollouts(self, n: int, prompts: list[str], comp, rewards: list[float], first: int) -> None:
+        """This rank's completions as grpo-doctor sees them; `first`: index of the first in the global batch."""
+        lengths = comp.completion_mask.sum(dim=1).tolist()  # up to and including EOS, as the loss counts
+        ids = [row[:k] for row, k in zip(comp.completion_ids.tolist(), lengths, strict=True)]
+        groups = [(first + i) // self.cfg.num_generations for i in range(len(prompts))]  # global group index
+        gd.rollouts(prompts, comp.texts, rewards, groups, completion_ids=ids, max_length=self.cfg.max_new_tokens,
+                    temperature=self.cfg.temperature, step=n)
+
 
 def frac_identical_groups(samples: list, num_generations: int) -> float:
     """Fraction of prompt groups whose completions are all the same (seed collision, case 2)."""
@@ -132,13 +148,16 @@ def build_trainer(cfg: TrainConfig, info: DistInfo, workdir: Path) -> Trainer:
     # TRL's set_seed(seed, device_specific=True): each sampling process its own stream.
     sampling_rank = injector.sampling_rank(info.rank, info.node_rank)
     vllm = None
+    sampling_seed = cfg.seed + sampling_rank
     if cfg.rollout == "vllm":
         model_dir = save_model(policy, tokenizer, workdir / "policy") if cfg.model == "tiny" else cfg.model
         base = cfg.seed if cfg.vllm_seed is None else cfg.vllm_seed
-        vllm = VLLMRollout(model_dir, tokenizer, cfg, seed=base + sampling_rank)
+        sampling_seed = base + sampling_rank
+        vllm = VLLMRollout(model_dir, tokenizer, cfg, seed=sampling_seed)
     engine = build_engine(policy, cfg, info)
     torch.manual_seed(cfg.seed + sampling_rank)
-    return Trainer(cfg, info, engine, reference.to(info.device), tokenizer, injector, vllm)
+    gd.seed_audit("init", sampling_seed=sampling_seed)  # before the first rollout, as a collision must be seen
+    return Trainer(cfg, info, engine, reference.to(info.device), tokenizer, injector, sampling_seed, vllm)
 
 
 def main(argv: list[str] | None = None) -> int:

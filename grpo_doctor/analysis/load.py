@@ -15,6 +15,9 @@ Tables (pandas, only inside analysis/ and report/):
   memory:     rank, host, step, t, tag, host_rss_bytes, device, allocated_bytes, reserved_bytes,
               peak_allocated_bytes, inactive_split_bytes, free_bytes, total_bytes
   samples:    watch's samples.jsonl: host, kind ("gpu" | "proc"), t, and the sample's fields
+  rollouts, rng, completions: rollout_tables.py (hashes stay in `rollout_records`)
+TRL / ms-swift metric logs (metric_logs.py) add `steps` rows with source "trl" / "ms-swift" in
+metric_names.py's vocabulary; event-log rows have source "grpo-doctor" and the trainer's own names.
 Times (`t`, `begin_t`, `end_t`) are wall seconds on one clock: hosts found skewed (see clock.py)
 are shifted to the host of the lowest rank, and `clock_offsets` says by how much.
 
@@ -32,14 +35,16 @@ from typing import Any
 
 import pandas as pd
 
+from grpo_doctor.analysis import metric_logs as framework_logs
+from grpo_doctor.analysis import rollout_tables
 from grpo_doctor.analysis.clock import describe_offsets, host_offsets, shift_times
-from grpo_doctor.eventlog import RunDirError, RunLog, load_run
+from grpo_doctor.eventlog import RunDirError, RunLog, load_run, paused_gc
 from grpo_doctor.logs.flight_recorder import FlightDump, FlightDumpError, is_flight_dump, read_flight_dump
 from grpo_doctor.logs.signatures import Signature, scan_file
-from grpo_doctor.schema import Error, Header, Memory, PhaseBegin, PhaseEnd, RunPaths, Step
+from grpo_doctor.schema import Error, Header, Memory, PhaseBegin, PhaseEnd, Rng, Rollout, RunPaths, Step
 
 PHASE_COLUMNS = ["rank", "host", "step", "phase", "path", "begin_t", "end_t", "duration_s", "error"]
-STEP_COLUMNS = ["rank", "host", "step", "t"]
+STEP_COLUMNS = ["rank", "host", "step", "t", "source"]
 ERROR_COLUMNS = ["rank", "host", "step", "t", "exc_type", "message", "phase", "path"]
 SIGNATURE_COLUMNS = ["kind", "rank", "host", "source", "line_number", "text", "fields"]
 MEMORY_COLUMNS = ["rank", "host", "step", "t", "tag", "host_rss_bytes", "device", "allocated_bytes", "reserved_bytes",
@@ -74,6 +79,11 @@ class Evidence:
     sample_rows: list[dict[str, Any]] = field(default_factory=list)
     clock_offsets: dict[str, float] = field(default_factory=dict)  # host -> s ahead of the reference host
     flight_dumps: list[FlightDump] = field(default_factory=list)  # from fr/ and raw dump files
+    rollouts: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=rollout_tables.ROLLOUT_COLUMNS))
+    rng: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=rollout_tables.RNG_COLUMNS))
+    completions: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=rollout_tables.COMPLETION_COLUMNS))
+    rollout_records: list[Rollout] = field(default_factory=list)  # completion / prompt hashes, sampled texts
+    metric_logs: list[framework_logs.MetricLog] = field(default_factory=list)  # TRL / ms-swift files read
 
     @property
     def headers(self) -> dict[int, Header]:
@@ -127,19 +137,21 @@ def load_evidence(paths: Sequence[str | Path]) -> Evidence:
         if has_supervisor:
             _load_supervisor(ev, paths_in.supervisor)
         if not has_ranks and not has_supervisor and not has_fr:
-            files = sorted(p for p in path.iterdir() if p.is_file())
+            files = sorted(p for p in path.iterdir() if p.is_file()) + framework_logs.find_metric_logs(path)
             if not files:
                 raise EvidenceError(f"{path} holds no rank files, no supervisor/ and no log files",
                                     "pass a run directory written by grpo-doctor (not its parent), or log files")
             for file in files:
                 _add_log_file(ev, file)
-    if rank_sources:
-        try:
-            ev.run = load_run(rank_sources)
-        except RunDirError as exc:
-            raise EvidenceError(str(exc), exc.hint) from None
-        ev.warnings += ev.run.warnings
-    _build_tables(ev)
+    # One pause over records and rows (millions on a big run): between two, the collector would walk them all.
+    with paused_gc():
+        if rank_sources:
+            try:
+                ev.run = load_run(rank_sources)
+            except RunDirError as exc:
+                raise EvidenceError(str(exc), exc.hint) from None
+            ev.warnings += ev.run.warnings
+        _build_tables(ev)
     return ev
 
 
@@ -147,6 +159,9 @@ def _add_log_file(ev: Evidence, path: Path) -> None:
     """A raw file: a flight-recorder dump (told by its first bytes), else text for the signature parsers."""
     if is_flight_dump(path):
         _add_flight_dump(ev, path)
+    elif framework_logs.is_metric_log(path):
+        ev.metric_logs.append(log := framework_logs.read_metric_log(path))
+        ev.warnings += log.warnings
     else:
         _add_signatures(ev, scan_file(path), source=str(path), host=None)
 
@@ -244,38 +259,51 @@ def _add_signatures(ev: Evidence, signatures: list[Signature], source: str, host
 
 def _build_tables(ev: Evidence) -> None:
     phases, steps, errors, memory = [], [], [], []
+    rng_records: list[Rng] = []
     for rank, log in sorted((ev.run.ranks if ev.run else {}).items()):
         host = ev.host_of(rank)
         open_begins: list[PhaseBegin] = []
         for rec in log.records:
-            if isinstance(rec, Header):
-                open_begins.clear()
-            elif isinstance(rec, PhaseBegin):
-                open_begins.append(rec)
-            elif isinstance(rec, PhaseEnd):
+            # The kinds are disjoint, so the order of the tests is free: most frequent first.
+            if isinstance(rec, PhaseEnd):
                 while open_begins:
                     begin = open_begins.pop()
                     if begin.path == rec.path:
                         phases.append([rank, host, begin.step, rec.phase, rec.path, begin.t, rec.t,
                                        rec.duration_s, rec.error])
                         break
+            elif isinstance(rec, PhaseBegin):
+                open_begins.append(rec)
             elif isinstance(rec, Step):
                 steps.append({"rank": rank, "host": host, "step": rec.step, "t": rec.t, **rec.metrics})
-            elif isinstance(rec, Error):
-                errors.append([rank, host, rec.step, rec.t, rec.exc_type, rec.message, rec.phase, rec.path])
             elif isinstance(rec, Memory):
                 memory.append([rank, host, rec.step, rec.t, rec.tag, rec.host_rss_bytes, rec.device,
                                rec.allocated_bytes, rec.reserved_bytes, rec.peak_allocated_bytes,
                                rec.inactive_split_bytes, rec.free_bytes, rec.total_bytes])
+            elif isinstance(rec, Header):
+                open_begins.clear()
+            elif isinstance(rec, Error):
+                errors.append([rank, host, rec.step, rec.t, rec.exc_type, rec.message, rec.phase, rec.path])
+            elif isinstance(rec, Rollout):
+                ev.rollout_records.append(rec)
+            elif isinstance(rec, Rng):
+                rng_records.append(rec)
         for begin in open_begins:
             phases.append([rank, host, begin.step, begin.phase, begin.path, begin.t, None, None, None])
     ev.phases = pd.DataFrame(phases, columns=PHASE_COLUMNS)
-    ev.steps = pd.DataFrame(steps, columns=None if steps else STEP_COLUMNS)
+    ev.steps = pd.DataFrame(steps, columns=None if steps else STEP_COLUMNS).assign(source=rollout_tables.EVENT_LOG_SOURCE)
+    ev.rollouts, ev.rng = rollout_tables.rollout_frame(ev.rollout_records), rollout_tables.rng_frame(rng_records)
     ev.errors = pd.DataFrame(errors, columns=ERROR_COLUMNS)
     ev.memory = pd.DataFrame(memory, columns=MEMORY_COLUMNS)
     ev.signatures = pd.DataFrame(ev.signature_rows, columns=SIGNATURE_COLUMNS)
     ev.samples = pd.DataFrame(ev.sample_rows) if ev.sample_rows else pd.DataFrame(columns=SAMPLE_COLUMNS)
     _align_clocks(ev)
+    # Framework logs join after the clocks are aligned: their rows carry no host and no time.
+    log_steps, log_completions = framework_logs.metric_log_frames(ev.metric_logs)
+    if not log_steps.empty:
+        ev.steps = log_steps if ev.steps.empty else pd.concat([ev.steps, log_steps], ignore_index=True)
+    ev.completions = pd.DataFrame(rollout_tables.rollout_samples(ev.rollout_records) + log_completions,
+                                  columns=rollout_tables.COMPLETION_COLUMNS)
 
 
 def _align_clocks(ev: Evidence) -> None:
@@ -285,7 +313,7 @@ def _align_clocks(ev: Evidence) -> None:
     reference = ev.steps.loc[ev.steps["rank"].idxmin(), "host"]
     ev.warnings += describe_offsets(ev.clock_offsets, reference)
     ev.phases = shift_times(ev.phases, ev.clock_offsets, ["begin_t", "end_t"])
-    for name in ("steps", "errors", "memory", "samples"):
+    for name in ("steps", "errors", "memory", "samples", "rollouts", "rng"):
         setattr(ev, name, shift_times(getattr(ev, name), ev.clock_offsets, ["t"]))
     for hang in ev.hangs:
         if hang.get("host") in ev.clock_offsets and isinstance(hang.get("detected_t"), (int, float)):

@@ -40,6 +40,8 @@ _recorder: Recorder | None = None
 _disabled = False
 _init_lock = threading.Lock()
 _said: set[str] = set()
+# Metrics computed by other calls (rollouts(compare_across_ranks=True)) that join the next step() record.
+_pending_metrics: dict[str, Any] = {}
 
 
 def init(
@@ -139,6 +141,9 @@ def step(n: int, **metrics: Any) -> None:
     """
     rec = _recorder if _recorder is not None else _auto_init()
     if rec is not None:
+        if _pending_metrics:
+            metrics = {**_pending_metrics, **metrics}
+            _pending_metrics.clear()
         try:
             rec.step(_whole_number(n), metrics)
         except (TypeError, ValueError):
@@ -186,6 +191,16 @@ def run_dir() -> Path | None:
 
 def is_recording() -> bool:
     return _recorder is not None and not _recorder.ended
+
+
+def current_recorder() -> Recorder | None:
+    """This process's recorder, started on first use; None when recording is off."""
+    return _recorder if _recorder is not None else _auto_init()
+
+
+def add_to_next_step(key: str, value: Any) -> None:
+    """Carry a metric into the record of the next step() call (for calls that are not step())."""
+    _pending_metrics[key] = value
 
 
 def _auto_init() -> Recorder | None:

@@ -21,6 +21,7 @@ from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.rankset import format_ranks
 from grpo_doctor.report import plots, sections
 from grpo_doctor.report.excerpts import log_excerpts
+from grpo_doctor.report.rollout_plots import rollout_section
 
 TEMPLATES = Path(__file__).parent / "templates"
 
@@ -38,7 +39,7 @@ def render_html(evidence: Evidence, findings: FindingsFile) -> str:
         plots={"timeline": plots.phase_timeline(evidence), "memory": plots.memory_over_time(evidence),
                "metrics": plots.step_metrics(evidence)},
         stacks=sections.stack_sections(evidence), environment=sections.environment_table(evidence),
-        excerpts=log_excerpts(evidence.signature_rows),
+        excerpts=log_excerpts(evidence.signature_rows), rollouts=rollout_section(evidence),
     )
 
 

@@ -52,6 +52,7 @@ def test_every_evidence_key_a_rule_emits_is_documented_in_its_module_and_in_docs
     for rule in RULES:
         assert f"## `{rule.ID}`" in docs, f"docs/findings.md has no section for {rule.ID}"
     sources = sorted((DATA / "logs").glob("*")) + [DATA / "fr" / "skip", DATA / "fr" / "shape"]
+    sources += sorted(p for p in (DATA / "metric_logs").iterdir() if p.is_dir())  # TRL / ms-swift output dirs
     seen_ids = set()
     for source in sources:
         findings, _ = run_rules(load_evidence([source]))

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from grpo_doctor.schema import PhaseBegin, PhaseEnd, Step
+from grpo_doctor.schema import PhaseBegin, PhaseEnd, Rollout, Step
 
 pytestmark = pytest.mark.distributed
 
@@ -65,6 +65,14 @@ def test_constant_reward_gives_zero_reward_std(constant_reward_and_nan):
         assert metric(log, "reward") == [0.5] * 4
         assert metric(log, "reward_std") == [0.0] * 4
         assert metric(log, "frac_reward_zero_std") == [1.0] * 4
+
+
+def test_constant_reward_makes_every_group_in_the_rollout_records_zero_std(constant_reward_and_nan):
+    for log in constant_reward_and_nan.run.ranks.values():
+        rollouts = log.of_kind(Rollout)
+        assert [r.step for r in rollouts] == [0, 1, 2, 3]
+        for r in rollouts:  # B = G = 4: each rank holds one whole group
+            assert (r.num_groups, r.zero_std_frac, r.reward_mean, r.reward_std) == (1, 1.0, 0.5, 0.0)
 
 
 def test_nan_loss_starts_on_its_rank_and_spreads_through_the_gradient_all_reduce(constant_reward_and_nan):

@@ -16,20 +16,32 @@ from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.analysis.rules import (
     collective_mismatch,
     config_mismatch,
+    constant_reward,
     cuda_oom,
+    dead_step,
+    entropy_collapse,
     hang,
     host_oom,
+    length_collapse,
+    nan_loss,
     nccl_error,
     nccl_timeout,
     rank_crash,
     rendezvous_failure,
+    seed_collision,
+    stale_rollout_weights,
     straggler,
     version_mismatch,
     vllm_memory,
+    zero_kl,
+    zero_std_groups,
 )
 
 RULES: list[ModuleType] = [hang, rank_crash, cuda_oom, nccl_timeout, config_mismatch, version_mismatch, straggler,
-                           nccl_error, rendezvous_failure, host_oom, vllm_memory, collective_mismatch]
+                           nccl_error, rendezvous_failure, host_oom, vllm_memory, collective_mismatch,
+                           # degenerate rollouts (issue 5)
+                           seed_collision, nan_loss, dead_step, constant_reward, zero_std_groups, zero_kl,
+                           length_collapse, entropy_collapse, stale_rollout_weights]
 
 
 def rule_name(rule: ModuleType) -> str:

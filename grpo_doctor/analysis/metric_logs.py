@@ -1,0 +1,230 @@
+"""Step metrics and completions from the files TRL and ms-swift write, for runs grpo-doctor never saw.
+
+Read, by file name:
+  trainer_state.json         Hugging Face Trainer state (TRL; ms-swift checkpoints too): `log_history`,
+                             one dict per logging step with `step`; eval and end-of-training entries skipped.
+  logging.jsonl              ms-swift: one JSON object per logging step, the step in `global_step/max_steps`
+                             ("5/100"); its run's args.json (same or parent directory) gives beta and scale_rewards.
+  completions_*.parquet      TRL `log_completions=True` (output_dir/completions/): step, prompt, completion, one
+                             column per reward function, advantage. Needs pyarrow; without it a warning says so.
+  completions.jsonl          ms-swift `log_completions true`: each line one logging step as columns
+                             ({"step": [...], "prompt": [...], "completion": [...], <reward func>: [...]}), or one
+                             completion per line.
+A directory is searched for these too: the latest checkpoint-N/trainer_state.json (when there is no
+top-level one) and completions/*.parquet. Metric names are renamed to the vocabulary of
+metric_names.py; a trainer_state.json beside an ms-swift args.json is read as ms-swift's.
+
+Typical use:
+    log = read_metric_log(Path("outputs/grpo/checkpoint-500/trainer_state.json"))
+    log.source, log.steps[0]["reward_std_batch"]
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from grpo_doctor.analysis.metric_names import canonical_frame
+
+TRL, SWIFT = "trl", "ms-swift"
+METRIC_LOG_NAMES = ("trainer_state.json", "logging.jsonl", "completions.jsonl")
+SAMPLES_PER_STEP = 8  # completions kept per step for the report; the diversity figures use all of them
+SWIFT_ARGS = ("beta", "scale_rewards", "temperature", "num_generations", "max_completion_length", "seed",
+              "dynamic_sample", "use_vllm", "vllm_mode")
+NONFINITE_CHECKED = ("loss", "grad_norm")  # the same name in every framework and in the canonical vocabulary
+_SKIP_ENTRY_KEYS = ("train_runtime", "train_loss", "last_model_checkpoint")  # end-of-training summaries
+
+
+@dataclass
+class MetricLog:
+    """One framework file, read: step rows in the canonical vocabulary, completions, run arguments."""
+
+    path: Path
+    source: str  # TRL or SWIFT
+    steps: list[dict[str, Any]] = field(default_factory=list)  # step, source and canonical metrics
+    completions: list[dict[str, Any]] = field(default_factory=list)  # COMPLETION_COLUMNS of load.py
+    diversity: list[dict[str, Any]] = field(default_factory=list)  # step, duplicate_rate (from completion texts)
+    args: dict[str, Any] = field(default_factory=dict)  # ms-swift args.json: SWIFT_ARGS where present
+    # {"step", "metric", "value"} for each NaN / inf loss or grad_norm: in the table NaN also means "not logged"
+    nonfinite: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def is_metric_log(path: Path) -> bool:
+    return path.name in METRIC_LOG_NAMES or (path.suffix == ".parquet" and path.name.startswith("completions_"))
+
+
+def find_metric_logs(directory: Path) -> list[Path]:
+    """Metric logs below `directory` that a scan of its top-level files misses (TRL keeps them in sub-directories)."""
+    found = sorted((directory / "completions").glob("completions_*.parquet"))
+    if not (directory / "trainer_state.json").is_file() and not (directory / "logging.jsonl").is_file():
+        states = [p for p in directory.glob("checkpoint-*/trainer_state.json") if p.parent.name[11:].isdigit()]
+        if states:  # each checkpoint holds the whole history so far: the latest is enough
+            found.append(max(states, key=lambda p: int(p.parent.name[11:])))
+    return found
+
+
+def read_metric_log(path: Path) -> MetricLog:
+    args = _swift_args(path.parent)
+    log = MetricLog(path=path, source=SWIFT if args is not None or path.name.endswith(".jsonl") else TRL,
+                    args=args or {})
+    try:
+        if path.name == "trainer_state.json":
+            state = json.loads(path.read_text(errors="replace"))
+            entries = state.get("log_history") if isinstance(state, dict) else None
+            if not isinstance(entries, list):
+                log.warnings.append(f"{path}: no log_history list; not a Trainer state file, left out")
+                return log
+            _add_steps(log, [e for e in entries if isinstance(e, dict) and isinstance(e.get("step"), int)])
+        elif path.name == "logging.jsonl":
+            _add_steps(log, [_with_swift_step(e) for e in _json_lines(log) if "global_step/max_steps" in e])
+        elif path.name == "completions.jsonl":
+            _add_completions(log, _swift_completion_rows(_json_lines(log)))
+        else:
+            _read_parquet(log)
+    except (OSError, ValueError) as exc:
+        log.warnings.append(f"{path}: cannot be read ({exc}); left out")
+    return log
+
+
+def metric_log_frames(logs: list[MetricLog]) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
+    """All logs' step rows as one table (one row per source and step; the diversity of its
+    completions joined in) and their completions."""
+    steps = pd.DataFrame([row for log in logs for row in log.steps])
+    diversity = pd.DataFrame([{"source": log.source, **row} for log in logs for row in log.diversity])
+    if not steps.empty:
+        steps = steps.drop_duplicates(["source", "step"], keep="last")  # checkpoints repeat earlier steps
+    if not diversity.empty:
+        diversity = diversity.drop_duplicates(["source", "step"], keep="last")[["source", "step", "duplicate_rate"]]
+        steps = diversity if steps.empty else steps.merge(diversity, on=["source", "step"], how="outer")
+    if not steps.empty:
+        steps = steps.sort_values(["source", "step"]).assign(rank=0, host=None, t=float("nan"))
+    return steps, [row for log in logs for row in log.completions]
+
+
+def _swift_args(directory: Path) -> dict[str, Any] | None:
+    """ms-swift writes args.json into its output directory and every checkpoint; TRL writes none."""
+    for candidate in (directory / "args.json", directory.parent / "args.json"):
+        try:
+            data = json.loads(candidate.read_text(errors="replace"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and ("rlhf_type" in data or "train_type" in data):
+            return {k: data[k] for k in SWIFT_ARGS if k in data}
+    return None
+
+
+def _json_lines(log: MetricLog) -> list[dict[str, Any]]:
+    out, bad = [], 0
+    with log.path.open(errors="replace") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            try:
+                value = json.loads(line)
+            except ValueError:
+                bad += 1
+                continue
+            if isinstance(value, dict):
+                out.append(value)
+    if bad:
+        log.warnings.append(f"{log.path}: skipped {bad} unreadable line(s)")
+    return out
+
+
+def _with_swift_step(entry: dict[str, Any]) -> dict[str, Any]:
+    done, _, _ = str(entry["global_step/max_steps"]).partition("/")
+    return {**entry, "step": int(done) if done.strip().isdigit() else None}
+
+
+def _add_steps(log: MetricLog, entries: list[dict[str, Any]]) -> None:
+    entries = [e for e in entries if e.get("step") is not None and not any(k in e for k in _SKIP_ENTRY_KEYS)
+               and not any(str(k).startswith("eval_") for k in e)]
+    if not entries:
+        log.warnings.append(f"{log.path}: no training steps logged")
+        return
+    for entry in entries:
+        for key in NONFINITE_CHECKED:
+            value = entry.get(key)
+            if isinstance(value, float) and not math.isfinite(value):
+                log.nonfinite.append({"step": entry["step"], "metric": key, "value": value})
+    reward_std_is = "batch" if log.source == TRL or log.args.get("scale_rewards") == "batch" else "group_mean"
+    frame = canonical_frame(pd.DataFrame(entries), reward_std_is=reward_std_is)
+    frame["source"] = log.source
+    log.steps = frame.to_dict("records")
+
+
+def _read_parquet(log: MetricLog) -> None:
+    try:
+        frame = pd.read_parquet(log.path)
+    except ImportError:
+        log.warnings.append(f"{log.path}: reading parquet needs pyarrow (pip install pyarrow); completions left out")
+        return
+    _add_completions(log, frame.to_dict("records"))
+
+
+def _swift_completion_rows(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Columnar lines (one per logging step) become one row per completion; row lines pass unchanged."""
+    rows: list[dict[str, Any]] = []
+    for line in lines:
+        if isinstance(line.get("completion"), list) and isinstance(line.get("step"), list):
+            columns = {k: v for k, v in line.items() if isinstance(v, list)}
+            rows += [dict(zip(columns, values, strict=True)) for values in zip(*columns.values(), strict=False)]
+        else:
+            rows.append(line)
+    return rows
+
+
+def _add_completions(log: MetricLog, rows: list[dict[str, Any]]) -> None:
+    """Rows of step, prompt, completion and one numeric column per reward function (summed: the reward)."""
+    not_rewards = {"step", "prompt", "completion", "advantage", "advantages", "entropy"}
+    by_step: dict[int, dict[str, list[str]]] = {}
+    kept: dict[int, int] = {}
+    for row in rows:
+        step = _as_int(row.get("step"))
+        if step is None or "completion" not in row:
+            continue
+        prompt, completion = _text(row.get("prompt")), _text(row.get("completion"))
+        group = by_step.setdefault(step, {}).setdefault(prompt, [])
+        group.append(completion)
+        if kept.get(step, 0) < SAMPLES_PER_STEP:
+            kept[step] = kept.get(step, 0) + 1
+            rewards = [v for k, v in row.items() if k not in not_rewards and isinstance(v, (int, float))
+                       and not isinstance(v, bool)]
+            log.completions.append({"source": log.source, "rank": None, "step": step,
+                                    "group": list(by_step[step]).index(prompt), "prompt": prompt,
+                                    "completion": completion, "reward": float(sum(rewards)) if rewards else None})
+    for step, groups in sorted(by_step.items()):
+        sizes = [len(g) for g in groups.values()]
+        dupes = [(len(g) - len(set(g))) / len(g) for g in groups.values()]
+        log.diversity.append({"step": step, "duplicate_rate": sum(dupes) / len(dupes),
+                              "num_completions": sum(sizes), "num_groups": len(sizes)})
+
+
+def _as_int(value: Any) -> int | None:
+    if hasattr(value, "item"):  # a numpy scalar from parquet
+        value = value.item()
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().isdigit():  # ms-swift writes the step as a string
+        return int(value)
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
+def _text(value: Any) -> str:
+    """Prompts and completions are strings, or chat messages ([{"role", "content"}]) in conversational datasets."""
+    if isinstance(value, str):
+        return value
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    if isinstance(value, list) and all(isinstance(m, dict) for m in value):
+        return "\n".join(f"{m.get('role', '')}: {m.get('content', '')}" for m in value)
+    return json.dumps(value, default=str)

@@ -1,0 +1,76 @@
+"""`dead-step`: for several logged steps in a row the policy got no learning signal at all (CASES.md case 2).
+
+A step is dead when every group's rewards were equal (`frac_reward_zero_std` = 1: every advantage
+is 0), or when the gradient norm is 0 and the loss is 0 too. A loss near 0 alone is normal in
+GRPO (the advantages of a group sum to zero) and is never enough. Read per source (the event log,
+TRL's trainer_state.json, ms-swift's logging.jsonl); the longest run of consecutive logged dead
+steps of at least `min_consecutive_steps` is reported.
+
+Evidence keys: `source`, `first_step`, `last_step`, `num_steps` (the run's length), `reason`
+("all groups zero-std", "zero gradient and loss" or both joined by " + "), `frac_dead_steps`
+(dead steps / logged steps in the whole run), `grad_norm_max` and `loss_max_abs` (over the run;
+None where not logged).
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pandas as pd
+
+from grpo_doctor.analysis.findings import Finding
+from grpo_doctor.analysis.grpo_metrics import column, consecutive_runs, finite, step_series
+from grpo_doctor.analysis.load import Evidence
+
+ID = "dead-step"
+
+HINTS = (
+    "If completions are identical across ranks, the ranks share a sampling seed (see seed-collision): give every "
+    "sampling process its own seed (TRL: set_seed(seed, device_specific=True); vLLM: seed = base + data-parallel rank).",
+    "If the reward is the same for every completion, the reward function is broken or the task is out of reach: "
+    "test the reward function on a few known-good and known-bad completions before training.",
+    "Make groups disagree: more num_generations, temperature near 1.0, a reward with partial credit; drop "
+    "zero-variance groups with dynamic sampling (ms-swift --dynamic_sample true, verl "
+    "algorithm.filter_groups.enable=True).",
+)
+
+
+@dataclass(frozen=True)
+class Config:
+    min_consecutive_steps: int = 5  # logged steps in a row; a tiny batch can be all zero-std for a step or two
+    zero_std_share: float = 0.999  # frac_reward_zero_std at or above this: every group zero-std
+    grad_norm_zero: float = 1e-8  # gradient norm at or below this counts as zero
+    loss_zero: float = 1e-6  # |loss| at or below this counts as zero (only together with a zero gradient)
+
+
+def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
+    for source, steps in step_series(run).items():
+        zero_std = _flag(steps, "frac_reward_zero_std", lambda v: v >= cfg.zero_std_share)
+        grad, loss = column(steps, "grad_norm"), column(steps, "loss")
+        no_grad = pd.Series(False, index=steps.index)
+        if grad is not None and loss is not None:
+            no_grad = ((steps["grad_norm"] <= cfg.grad_norm_zero) & (steps["loss"].abs() <= cfg.loss_zero)).fillna(False)
+        dead = zero_std | no_grad
+        runs = [r for r in consecutive_runs(dead) if r[2] >= cfg.min_consecutive_steps]
+        if not runs:
+            continue
+        first, last, num = max(runs, key=lambda r: r[2])
+        window = steps.loc[first:last]
+        reasons = [name for name, flags in (("all groups zero-std", zero_std), ("zero gradient and loss", no_grad))
+                   if flags.loc[first:last].any()]
+        yield Finding(
+            id=ID, severity="critical",
+            title=f"no learning signal for {num} steps in a row ({first}-{last}): {' + '.join(reasons)}",
+            step=first,
+            evidence={"source": source, "first_step": first, "last_step": last, "num_steps": num,
+                      "reason": " + ".join(reasons), "frac_dead_steps": round(float(dead.mean()), 4),
+                      "grad_norm_max": finite(window["grad_norm"].max()) if grad is not None else None,
+                      "loss_max_abs": finite(window["loss"].abs().max()) if loss is not None else None},
+            hints=HINTS,
+        )
+
+
+def _flag(steps: pd.DataFrame, name: str, test) -> pd.Series:
+    if column(steps, name) is None:
+        return pd.Series(False, index=steps.index)
+    return test(steps[name]).fillna(False).astype(bool)

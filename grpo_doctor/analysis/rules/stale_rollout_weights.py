@@ -1,0 +1,75 @@
+"""`stale-rollout-weights`: the rollout engine's log-probabilities drift away from the trainer's over steps.
+
+When the new weights never reach vLLM, the engine keeps sampling from an old policy while the
+trainer moves on: the gap between the engine's and the trainer's log-probabilities of the same
+tokens grows step after step. A constant small gap is normal (bf16 kernels differ). Read, first
+present wins (metric_names.py), each with its own floor `min_late_*`:
+- rollout_logprob_diff: TRL `sampling/sampling_logp_difference/mean` (vLLM with importance-sampling
+  correction), or a logged `logprob_diff`: mean |log p_vllm - log p_trainer| per token, nats;
+- rollout_kl: ms-swift `rollout_correction/kl` (log_rollout_offpolicy_metrics true);
+- rollout_prob_diff: verl `training/rollout_probs_diff_mean`.
+
+The start is the median of the first `window_steps` logged values, the end the median of the
+last `window_steps`; fires when the end is at least `growth_ratio` x the start and above the floor.
+
+Evidence keys: `source`, `metric` (canonical name read), `early_value`, `late_value`, `ratio`
+(late / early; None when early is 0), `first_step`, `last_step`, `num_steps` (logged values).
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from grpo_doctor.analysis.findings import Finding
+from grpo_doctor.analysis.grpo_metrics import column, step_series
+from grpo_doctor.analysis.load import Evidence
+
+ID = "stale-rollout-weights"
+
+HINTS = (
+    "Check the weight sync into the rollout engine runs every step and succeeds: TRL server mode needs "
+    "`trl vllm-serve` reachable with its NCCL weight-update group up; colocate mode syncs inside the trainer "
+    "(look for errors around the sync, and for LoRA the adapter must be merged or vllm_enable_lora set).",
+    "With DeepSpeed ZeRO-3 the parameters are gathered for the sync; a custom sync that skips the gather sends "
+    "shards or stale copies. ms-swift: keep move_model_batches / offload_model settings consistent with the "
+    "vLLM mode.",
+    "Deliberately off-policy rollouts (async generation, steps_per_generation > 1) drift by design: correct for "
+    "it with importance sampling (TRL vllm_importance_sampling_correction=True, ms-swift "
+    "rollout_importance_sampling_mode) and keep the lag small.",
+)
+
+
+@dataclass(frozen=True)
+class Config:
+    window_steps: int = 3  # logged values whose median is the early / late level
+    min_steps: int = 8  # fewer logged values are not judged
+    growth_ratio: float = 3.0  # late >= this x early
+    min_late_logprob_diff: float = 0.1  # nats per token; bf16 engines differ by ~0.01-0.05
+    min_late_kl: float = 0.01  # nats
+    min_late_prob_diff: float = 0.05  # probability
+
+
+def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
+    floors = {"rollout_logprob_diff": cfg.min_late_logprob_diff, "rollout_kl": cfg.min_late_kl,
+              "rollout_prob_diff": cfg.min_late_prob_diff}
+    for source, steps in step_series(run).items():
+        for metric, floor in floors.items():
+            values = column(steps, metric)
+            if values is None:
+                continue
+            if len(values) >= cfg.min_steps:
+                early = float(values.iloc[:cfg.window_steps].median())
+                late = float(values.iloc[-cfg.window_steps:].median())
+                if late >= floor and late >= cfg.growth_ratio * early:
+                    yield Finding(
+                        id=ID, severity="warning",
+                        title=f"rollout and trainer log-probabilities drift apart: {metric} grew from {early:.3g} "
+                              f"to {late:.3g}",
+                        step=int(values.index[0]),
+                        evidence={"source": source, "metric": metric, "early_value": round(early, 6),
+                                  "late_value": round(late, 6), "ratio": round(late / early, 2) if early else None,
+                                  "first_step": int(values.index[0]), "last_step": int(values.index[-1]),
+                                  "num_steps": int(len(values))},
+                        hints=HINTS,
+                    )
+            break  # the first metric this source logs is the one judged

@@ -1,0 +1,62 @@
+"""`zero-std-groups`: most groups' completions all get the same reward, so most of each batch teaches nothing.
+
+A group whose rewards are all equal has advantage 0 for every member: its completions cost a
+rollout and give no gradient. `frac_reward_zero_std` (TRL, ms-swift, the reference trainer: the
+share of groups with reward std 0) is averaged over every `window_steps` consecutive logged
+steps; the worst window at or above `min_share` is reported. Runs shorter than the window are
+not judged (a few steps of a small batch say little). The whole batch at 100% for several steps
+in a row is `dead-step`.
+
+Evidence keys: `source`, `first_step`, `last_step` (the worst window), `zero_std_share` (its mean
+share, 0-1), `share_overall` (mean over every logged step), `num_steps` (logged steps in the window),
+`worst_step_share` (the highest share in the window).
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from grpo_doctor.analysis.findings import Finding
+from grpo_doctor.analysis.grpo_metrics import column, step_series
+from grpo_doctor.analysis.load import Evidence
+
+ID = "zero-std-groups"
+
+HINTS = (
+    "Filter zero-variance groups and sample more (DAPO dynamic sampling): ms-swift --dynamic_sample true "
+    "(--max_resample_times 3), verl algorithm.filter_groups.enable=True (metric=acc, max_num_gen_batches=10).",
+    "Make groups disagree more often: raise num_generations (8-16), keep temperature near 1.0.",
+    "Give the reward finer gradations: partial credit, a format term, a length-aware or graded score instead of "
+    "0/1, so near-misses and exact answers differ.",
+    "Match difficulty to the model: drop prompts it always solves or never solves (filter the dataset by the "
+    "policy's pass rate), or use a curriculum.",
+)
+
+
+@dataclass(frozen=True)
+class Config:
+    window_steps: int = 10  # logged steps averaged; shorter runs are not judged
+    min_share: float = 0.8  # mean share of zero-std groups in the window at or above this fires
+
+
+def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
+    for source, steps in step_series(run).items():
+        share = column(steps, "frac_reward_zero_std")
+        if share is None or len(share) < cfg.window_steps:
+            continue
+        rolling = share.rolling(cfg.window_steps).mean()
+        end = rolling.idxmax()
+        worst = float(rolling.loc[end])
+        if worst < cfg.min_share:
+            continue
+        window = share.loc[:end].iloc[-cfg.window_steps:]
+        first, last = int(window.index[0]), int(window.index[-1])
+        yield Finding(
+            id=ID, severity="warning",
+            title=f"{worst:.0%} of groups had identical rewards (no gradient) over steps {first}-{last}",
+            step=first,
+            evidence={"source": source, "first_step": first, "last_step": last, "zero_std_share": round(worst, 4),
+                      "share_overall": round(float(share.mean()), 4), "num_steps": int(len(window)),
+                      "worst_step_share": round(float(window.max()), 4)},
+            hints=HINTS,
+        )

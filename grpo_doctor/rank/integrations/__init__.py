@@ -1,0 +1,12 @@
+"""Plug-ins that record a training framework's run with grpo-doctor.
+
+Each module imports its framework, so none is imported by `import grpo_doctor`: a script
+imports the one it uses.
+    callback  any Hugging Face Trainer: `GrpoDoctorCallback` (metrics, step phases, seed audits)
+    trl       TRL's GRPOTrainer: `instrument(trainer)` adds the callback and a rollout probe
+    swift     ms-swift: `register()` from an `--external_plugins` file
+
+Typical use (a TRL script):
+    from grpo_doctor.rank.integrations.trl import instrument
+    trainer = instrument(GRPOTrainer(model=..., reward_funcs=[...], args=config, train_dataset=data))
+"""

@@ -1,0 +1,127 @@
+"""A `transformers.TrainerCallback` that records any Hugging Face Trainer with grpo-doctor.
+
+TRL's GRPOTrainer and ms-swift's trainers are Trainers, so this one callback serves both
+(`trl.instrument` and `swift.register` add it for you). What it records, on every rank:
+- init at train begin (rank numbers from torch.distributed, which the Trainer's accelerator has
+  set up by then), and a shutdown at train end when it was the one that started recording;
+- one Step record per optimizer step, carrying the numbers the Trainer logged for that step
+  (loss, grad_norm, reward, reward_std, frac_reward_zero_std, kl, entropy, ...); steps without
+  a log still get a Step record, which is the supervisor's progress heartbeat;
+- a "train-step" phase around each optimizer step (a rank stuck inside a step shows it);
+- a memory snapshot after every `memory_every` steps and a seed audit at train begin and after
+  every `seed_audit_every` steps, with the vLLM seed and tensor-parallel place where TRL or
+  ms-swift colocate vLLM (both seed it with process_index // vllm_tensor_parallel_size).
+
+Step numbers are the Trainer's: records made during the optimizer step that ends with
+`state.global_step == n` carry step n. Evaluation and end-of-training summaries are not a
+step's metrics and are not recorded.
+
+Typical use:
+    from grpo_doctor.rank.integrations.callback import GrpoDoctorCallback
+    trainer = Trainer(..., callbacks=[GrpoDoctorCallback(seed_audit_every=10)])
+"""
+from __future__ import annotations
+
+import os
+
+from transformers import TrainerCallback
+
+import grpo_doctor as gd
+
+STEP_PHASE = "train-step"
+PROBE_NAME = "grpo_doctor_rollouts"  # the rollout probe's name as a reward function (trl.py, swift.py)
+SWIFT_PROBE_CLASS = "GrpoDoctorRollouts"  # ms-swift names a reward function by its class
+# The probes' always-NaN reward columns in the Trainer's logs: noise, not the run's metrics.
+_PROBE_METRICS = (f"rewards/{PROBE_NAME}/", f"rewards/{SWIFT_PROBE_CLASS}/")
+
+
+class GrpoDoctorCallback(TrainerCallback):
+    """Records the run with grpo-doctor; see the module docstring. 0 turns a periodic record off."""
+
+    def __init__(
+        self,
+        run_dir: str | os.PathLike | None = None,
+        *,
+        seed_audit_every: int = 10,
+        memory_every: int = 1,
+    ) -> None:
+        self.run_dir = run_dir
+        self.seed_audit_every = seed_audit_every
+        self.memory_every = memory_every
+        self._owns_recording = False
+        self._phase: gd.phase | None = None
+        self._unrecorded_step: int | None = None  # ended, its Step record waits for the step's log
+        self._sampling: dict[str, int] = {}
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        was_recording = gd.is_recording()
+        if gd.init(self.run_dir) is None:
+            return
+        self._owns_recording = not was_recording
+        gd.set_step(state.global_step + 1)
+        self._sampling = sampling_place(args)
+        gd.seed_audit("init", **self._sampling)
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self._record_unlogged_step()
+        gd.set_step(state.global_step + 1)
+        self._phase = gd.phase(STEP_PHASE)
+        self._phase.__enter__()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self._close_phase()
+        n = state.global_step
+        self._unrecorded_step = n
+        if self.memory_every and n % self.memory_every == 0:
+            gd.memory_snapshot("step")
+        if self.seed_audit_every and n % self.seed_audit_every == 0:
+            gd.seed_audit("step", **self._sampling)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        # The Trainer logs a step's metrics right after on_step_end; later logs at the same
+        # global_step (the end-of-training summary) and evaluation ("eval_" keys) are not the step's.
+        logs = logs or {}
+        if self._unrecorded_step != state.global_step or any(key.startswith("eval_") for key in logs):
+            return
+        self._unrecorded_step = None
+        gd.step(state.global_step, **numeric_metrics(logs))
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self._close_phase()
+        self._record_unlogged_step()
+        if self._owns_recording:
+            gd.shutdown()
+        else:
+            gd.flush()
+
+    def _record_unlogged_step(self) -> None:
+        if self._unrecorded_step is not None:
+            gd.step(self._unrecorded_step)
+            self._unrecorded_step = None
+
+    def _close_phase(self) -> None:
+        if self._phase is not None:
+            self._phase.__exit__(None, None, None)
+            self._phase = None
+
+
+def numeric_metrics(logs: dict) -> dict[str, float | int]:
+    """The numbers of a Trainer log (NaN and inf kept: they are findings), less the probe's columns."""
+    return {
+        key: value for key, value in logs.items()
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and not key.startswith(_PROBE_METRICS)
+    }
+
+
+def sampling_place(args) -> dict[str, int]:
+    """seed_audit's sampling_seed / tp_rank / tp_group for vLLM colocated in the training processes.
+
+    TRL (trl/generation/vllm_generation.py) and ms-swift (swift/rlhf_trainers/rollout_mixin.py)
+    both build the colocated engine with seed=process_index // vllm_tensor_parallel_size. A vLLM
+    server runs elsewhere: its seed is not known here.
+    """
+    if not getattr(args, "use_vllm", False) or getattr(args, "vllm_mode", None) != "colocate":
+        return {}
+    tp_size = int(getattr(args, "vllm_tensor_parallel_size", 1) or 1)
+    index = int(getattr(args, "process_index", 0))
+    return {"sampling_seed": index // tp_size, "tp_rank": index % tp_size, "tp_group": index // tp_size}
