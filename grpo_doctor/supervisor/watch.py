@@ -34,6 +34,7 @@ from grpo_doctor.supervisor.launch import ProcessTree, describe_exit
 from grpo_doctor.supervisor.output import OutputTee
 from grpo_doctor.supervisor.progress import HangPolicy, ProgressTracker
 from grpo_doctor.supervisor.sampler import Sampler
+from grpo_doctor.supervisor.seeds import SeedCheck
 
 HANG_EXIT = 124  # the job hung and watch ended it (--on-hang kill), as timeout(1) reports
 LOOP_S = 0.5  # event-log poll; a stall is judged in seconds, so this costs little latency
@@ -62,6 +63,7 @@ class Watch:
         self.sup_dir = self.paths.supervisor / self.host
         self.console = console or Console(sys.stderr.isatty())
         self.tracker = ProgressTracker(self.paths, opts.policy)
+        self.seeds = SeedCheck()
         self.scanner = LineScanner()
         self._scan_lock = threading.Lock()
         self.signatures: list[Signature] = []
@@ -103,7 +105,8 @@ class Watch:
                 status = self.tree.wait(LOOP_S)
                 try:
                     now = time.monotonic()
-                    self.tracker.poll(now)
+                    for line in self.seeds.feed(self.tracker.poll(now)):
+                        self.console.note(line)
                     if now >= next_discovery:
                         self._discover()
                         next_discovery = now + DISCOVER_EVERY_S
