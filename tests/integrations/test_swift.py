@@ -2,7 +2,6 @@
 probe called the way ms-swift calls a reward function (swift/rl_core/grpo_algorithm.py). No ms-swift
 run is faked here; see grpo_doctor/rank/integrations/swift.py for what was read from its source."""
 import importlib.util
-import math
 from types import SimpleNamespace
 
 import pytest
@@ -61,6 +60,6 @@ def test_the_probe_answers_none_and_records_what_ms_swift_hands_a_reward_functio
     assert first.prompt_hashes[0] == first.prompt_hashes[1] != first.prompt_hashes[2]
     assert first.completion_hashes[2] == first.completion_hashes[3] and first.duplicate_rate == 0.25
     assert (first.length_max, first.max_length, first.truncated_frac, first.temperature) == (3, 3, 0.5, 0.7)
-    assert math.isnan(first.reward_mean)  # ms-swift passes a reward function no rewards
+    assert first.reward_mean is None and first.zero_std_frac is None  # ms-swift hands a reward function no rewards
     assert first.samples[0]["prompt"] == "user: 2+2="
     assert second.max_length is None and second.length_max == 1  # characters: no token limit applies
