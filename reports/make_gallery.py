@@ -52,6 +52,11 @@ SCENARIOS = (
              ("--hang-floor", "5", "--hang-factor", "3", "--second-look", "1", "--on-hang", "kill")),
     Scenario("straggler", "rank 3 is 1 s slower in every rollout", ("--steps", "8", "--inject",
                                                                      "slow:rank=3,delay_s=1.0")),
+    Scenario("same-seed", "every rank samples with the same seed (CASES.md case 2)",
+             ("--steps", "8", "--per-device-batch", "2", "--inject", "same-seed-per-node")),
+    Scenario("constant-reward", "the reward function returns 1.0 for everything",
+             ("--steps", "8", "--inject", "constant-reward:value=1.0")),
+    Scenario("nan-loss", "the loss turns NaN at step 3", ("--steps", "6", "--inject", "nan-loss:step=3")),
 )
 
 
