@@ -46,3 +46,17 @@ def test_the_reference_trainer_with_a_constant_reward_is_dead_from_the_start(lau
     assert {"constant-reward", "dead-step"} <= set(by_id)
     assert by_id["constant-reward"].evidence["reward_value"] == 1.0 and by_id["dead-step"].evidence["first_step"] == 0
 
+
+
+@pytest.mark.distributed
+def test_the_reference_trainer_with_one_seed_per_node_gets_seed_collision_on_exactly_that_nodes_ranks(
+        launch_trainer, tmp_path):
+    # 4 ranks; the copies of a prompt are spread over two ranks (batch 2 < 4 generations), so they can collide.
+    result = launch_trainer(tmp_path / "run", "--steps", "3", "--per-device-batch", "2", "--inject",
+                            "same-seed-per-node", nproc=4)
+    assert result.returncode == 0, result.explain()
+    findings, _ = run_rules(load_evidence([tmp_path / "run"]))
+    [collision] = [f for f in findings if f.id == "seed-collision"]
+    assert collision.severity == "critical" and collision.ranks == (0, 1, 2, 3)
+    assert collision.evidence["rank_sets"] == [[0, 1], [2, 3]]  # the ranks holding copies of the same prompts
+    assert collision.evidence["identical_frac"] == 1.0 and "device_specific=True" in collision.hints[0]
