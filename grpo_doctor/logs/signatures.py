@@ -74,6 +74,9 @@ class Signature:
                    text=data.get("text", ""), fields=copy.deepcopy(data.get("fields") or {}))
 
 
+SCAN_BATCH_LINES = 64  # lines searched at once for a keyword by scan_file
+
+
 class LineScanner:
     """Finds signatures in a stream of log lines; see the module docstring."""
 
@@ -107,6 +110,16 @@ class LineScanner:
         if self._index % 256 == 0:
             self._expire(out)
         return out
+
+    def feed_batch(self, lines: list[str], out: list[Signature]) -> None:
+        """`feed` for consecutive lines, appending to `out`. Most of a log holds no keyword: one
+        search over the joined batch (a keyword never spans a newline) stands for a search per line,
+        and a cold batch with nothing open only moves the line count on."""
+        if not (self._joiner.held or self._tracebacks or self._blocks) and not is_hot("".join(lines)):
+            self._index += len(lines)  # nothing is open, so nothing can expire meanwhile
+            return
+        for line in lines:
+            out.extend(self.feed(line))
 
     def close(self) -> list[Signature]:
         """Finish everything still open (end of the log); the scanner can go on being fed."""
@@ -250,7 +263,14 @@ def scan_file(path: str | Path, max_bytes: int | None = None) -> list[Signature]
     `lines.iter_lines`: long lines cut at 64 KiB, bad bytes replaced, content never raises).
     With `max_bytes`, only the file's first `max_bytes` bytes are read; line numbers stay true."""
     scanner = LineScanner()
-    out = [sig for line in iter_lines(path, max_bytes) for sig in scanner.feed(line)]
+    out: list[Signature] = []
+    batch: list[str] = []
+    for line in iter_lines(path, max_bytes):
+        batch.append(line)
+        if len(batch) == SCAN_BATCH_LINES:
+            scanner.feed_batch(batch, out)
+            batch = []
+    scanner.feed_batch(batch, out)
     return sorted(out + scanner.close(), key=_line_number)
 
 

@@ -79,3 +79,18 @@ def test_a_200_mb_log_is_scanned_in_bounded_memory(tmp_path):
     assert len(found) == 400
     assert [kind for kind, _, _ in found[:2]] == ["cuda-oom", "nccl-timeout"]
     assert found[-1] == ["nccl-timeout", 199 % 16, 200 * (LINES_PER_BLOCK + 2) + 1]  # the 20 MiB line is one line
+
+
+def test_batched_scanning_finds_exactly_what_line_by_line_scanning_finds():
+    from pathlib import Path
+
+    from grpo_doctor.logs.lines import iter_lines
+    from grpo_doctor.logs.signatures import LineScanner, scan_file
+
+    logs = sorted((Path(__file__).resolve().parents[1] / "data" / "logs").glob("*"))
+    assert logs
+    for log in logs:
+        scanner = LineScanner()
+        one_by_one = [s for line in iter_lines(log) for s in scanner.feed(line)] + scanner.close()
+        key = lambda s: (s.line_number, s.kind, s.rank, s.text)  # noqa: E731
+        assert sorted(map(key, scan_file(log))) == sorted(map(key, one_by_one)), log.name
