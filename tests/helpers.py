@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -38,3 +39,22 @@ def run_program(tmp_path: Path, source: str, timeout_s: float = 60, cwd: Path | 
         [sys.executable, str(prog)], env=clean_env(**env), cwd=cwd or tmp_path,
         capture_output=True, text=True, timeout=timeout_s,
     )
+
+
+@dataclass
+class LaunchedRun:
+    """A training job run to its end (the reference trainer, a TRL script) and its run directory."""
+
+    returncode: int
+    output: str  # stdout and stderr of the launcher and every rank, interleaved
+    elapsed_s: float
+    run_dir: Path
+
+    @property
+    def run(self):
+        from grpo_doctor.eventlog import load_run
+
+        return load_run([self.run_dir])
+
+    def explain(self) -> str:
+        return f"exit {self.returncode} after {self.elapsed_s:.1f}s; output tail:\n{self.output[-4000:]}"

@@ -86,6 +86,12 @@ def consecutive_runs(mask: pd.Series) -> list[tuple[int, int, int]]:
     return runs
 
 
+def longest_run(mask: pd.Series, min_steps: int) -> tuple[int, int, int] | None:
+    """The longest of `consecutive_runs(mask)` if it lasts at least `min_steps`, else None."""
+    runs = [r for r in consecutive_runs(mask) if r[2] >= min_steps]
+    return max(runs, key=lambda r: r[2]) if runs else None
+
+
 def beta_of(ev: Evidence, source: str) -> float | None:
     """The KL coefficient, where the run states it: ms-swift's args.json, `--beta` on the command line
     (reference trainer, TRL and ms-swift scripts), or a logged `beta` metric. None: not stated."""

@@ -8,15 +8,14 @@ import json
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from helpers import REPO, clean_env
+from helpers import REPO, LaunchedRun, clean_env
 
 from grpo_doctor.analysis.rules import RULES
 from grpo_doctor.cli.main import main
-from grpo_doctor.eventlog import RunLog, load_run
+from grpo_doctor.eventlog import RunLog
 from grpo_doctor.schema import PhaseBegin, Rng, Rollout, Step
 
 SCRIPT = Path(__file__).with_name("trl_grpo.py")
@@ -25,22 +24,7 @@ STEPS = 3
 TIMEOUT_S = 180
 
 
-@dataclass
-class TrlRun:
-    returncode: int
-    output: str
-    elapsed_s: float
-    run_dir: Path
-
-    @property
-    def run(self) -> RunLog:
-        return load_run([self.run_dir])
-
-    def explain(self) -> str:
-        return f"exit {self.returncode} after {self.elapsed_s:.1f}s; output tail:\n{self.output[-4000:]}"
-
-
-def run_trl(tmp: Path, *args: str, nproc: int = 0) -> TrlRun:
+def run_trl(tmp: Path, *args: str, nproc: int = 0) -> LaunchedRun:
     """python trl_grpo.py ARGS, or under torchrun with nproc processes (gloo, CPU)."""
     launcher = [sys.executable]
     if nproc:
@@ -50,7 +34,7 @@ def run_trl(tmp: Path, *args: str, nproc: int = 0) -> TrlRun:
     began = time.monotonic()
     env = clean_env(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     result = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
-    return TrlRun(result.returncode, result.stdout + result.stderr, time.monotonic() - began, tmp / "run")
+    return LaunchedRun(result.returncode, result.stdout + result.stderr, time.monotonic() - began, tmp / "run")
 
 
 def finding_ids(run_dir: Path, capsys) -> set[str]:

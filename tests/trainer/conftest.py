@@ -15,31 +15,13 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from helpers import REPO, clean_env
-
-from grpo_doctor.eventlog import RunLog, load_run
+from helpers import REPO, LaunchedRun, clean_env
 
 # A first DeepSpeed run on a fresh machine JIT-compiles its shared-memory op (about a minute).
 DEFAULT_TIMEOUT_S = 300
-
-
-@dataclass
-class TrainerRun:
-    returncode: int
-    output: str  # stdout and stderr of torchrun and every rank, interleaved
-    elapsed_s: float
-    run_dir: Path
-
-    @property
-    def run(self) -> RunLog:
-        return load_run([self.run_dir])
-
-    def explain(self) -> str:
-        return f"exit {self.returncode} after {self.elapsed_s:.1f}s; output tail:\n{self.output[-4000:]}"
 
 
 def free_port() -> int:
@@ -48,7 +30,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch(run_dir: Path, *args: str, nproc: int = 2, timeout_s: float = DEFAULT_TIMEOUT_S) -> TrainerRun:
+def launch(run_dir: Path, *args: str, nproc: int = 2, timeout_s: float = DEFAULT_TIMEOUT_S) -> LaunchedRun:
     """torchrun --nproc-per-node N -m trainer.train --run-dir RUN_DIR ARGS (nproc 0: plain python)."""
     if nproc:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
@@ -59,7 +41,7 @@ def launch(run_dir: Path, *args: str, nproc: int = 2, timeout_s: float = DEFAULT
     began = time.monotonic()
     result = subprocess.run(cmd, cwd=REPO, env=clean_env(OMP_NUM_THREADS="1"), capture_output=True, text=True,
                             timeout=timeout_s)
-    return TrainerRun(result.returncode, result.stdout + result.stderr, time.monotonic() - began, run_dir)
+    return LaunchedRun(result.returncode, result.stdout + result.stderr, time.monotonic() - began, run_dir)
 
 
 @pytest.fixture(scope="session")

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from grpo_doctor.analysis.findings import Finding
-from grpo_doctor.analysis.grpo_metrics import column, consecutive_runs, finite, step_series
+from grpo_doctor.analysis.grpo_metrics import column, finite, longest_run, step_series
 from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.analysis.rollout_tables import EVENT_LOG_SOURCE, duplicate_rates
 
@@ -61,10 +61,10 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
         flags, metric = _constant_steps(run, source, steps, cfg)
         if flags is None:
             continue
-        runs = [r for r in consecutive_runs(flags) if r[2] >= cfg.min_consecutive_steps]
-        if not runs:
+        longest = longest_run(flags, cfg.min_consecutive_steps)
+        if longest is None:
             continue
-        first, last, num = max(runs, key=lambda r: r[2])
+        first, last, num = longest
         rewards = column(steps, "reward")
         if rewards is None and metric == "rollout records":
             rewards = run.rollouts.groupby("step")["reward_mean"].median()

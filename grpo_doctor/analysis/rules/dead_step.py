@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from grpo_doctor.analysis.findings import Finding
-from grpo_doctor.analysis.grpo_metrics import column, consecutive_runs, finite, step_series
+from grpo_doctor.analysis.grpo_metrics import column, finite, longest_run, step_series
 from grpo_doctor.analysis.load import Evidence
 
 ID = "dead-step"
@@ -51,10 +51,10 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
         if grad is not None and loss is not None:
             no_grad = ((steps["grad_norm"] <= cfg.grad_norm_zero) & (steps["loss"].abs() <= cfg.loss_zero)).fillna(False)
         dead = zero_std | no_grad
-        runs = [r for r in consecutive_runs(dead) if r[2] >= cfg.min_consecutive_steps]
-        if not runs:
+        longest = longest_run(dead, cfg.min_consecutive_steps)
+        if longest is None:
             continue
-        first, last, num = max(runs, key=lambda r: r[2])
+        first, last, num = longest
         window = steps.loc[first:last]
         reasons = [name for name, flags in (("all groups zero-std", zero_std), ("zero gradient and loss", no_grad))
                    if flags.loc[first:last].any()]

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from grpo_doctor.analysis.findings import Finding
-from grpo_doctor.analysis.grpo_metrics import column, consecutive_runs, finite, step_series
+from grpo_doctor.analysis.grpo_metrics import column, finite, longest_run, step_series
 from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.analysis.rollout_tables import EVENT_LOG_SOURCE
 
@@ -54,10 +54,10 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
                             ("empty", length <= cfg.max_empty_length if length is not None else None)):
             if flags is None:
                 continue
-            runs = [r for r in consecutive_runs(flags) if r[2] >= cfg.min_consecutive_steps]
-            if not runs:
+            longest = longest_run(flags, cfg.min_consecutive_steps)
+            if longest is None:
                 continue
-            first, last, num = max(runs, key=lambda r: r[2])
+            first, last, num = longest
             what = "were cut at the length limit" if kind == "truncated" else "were empty (at most one token)"
             yield Finding(
                 id=ID, severity="warning", title=f"completions {what} for {num} steps in a row ({first}-{last})",

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from grpo_doctor.analysis.findings import Finding
-from grpo_doctor.analysis.grpo_metrics import beta_of, column, consecutive_runs, finite, step_series
+from grpo_doctor.analysis.grpo_metrics import beta_of, column, finite, longest_run, step_series
 from grpo_doctor.analysis.load import Evidence
 
 ID = "zero-kl"
@@ -56,10 +56,10 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
             continue
         since = int(moving.idxmax())
         after = kl.loc[kl.index > since]
-        runs = [r for r in consecutive_runs(after.abs() <= cfg.kl_zero) if r[2] >= cfg.min_consecutive_steps]
-        if not runs:
+        longest = longest_run(after.abs() <= cfg.kl_zero, cfg.min_consecutive_steps)
+        if longest is None:
             continue
-        first, last, num = max(runs, key=lambda r: r[2])
+        first, last, num = longest
         grad = column(steps, "grad_norm")
         yield Finding(
             id=ID, severity="warning",
