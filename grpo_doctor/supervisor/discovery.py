@@ -23,14 +23,15 @@ class RankProcess:
     cmdline: str
 
 
-# (pid, start time) -> (RANK, LOCAL_RANK) or None: a process's environment never changes, so it
-# is read once, not every second.
-_env_cache: dict[tuple[int, float], tuple[int, int | None] | None] = {}
+# (pid, start time, name) -> (RANK, LOCAL_RANK) or None: a process's environment only changes
+# when it execs (a wrapper script's `exec python train.py`), which changes its name, so it is
+# read once per program, not every second.
+_env_cache: dict[tuple[int, float, str], tuple[int, int | None] | None] = {}
 
 
 def _rank_env(p: psutil.Process) -> tuple[int, int | None] | None:
     try:
-        key = (p.pid, p.create_time())
+        key = (p.pid, p.create_time(), p.name())
     except psutil.Error:
         return None
     if key not in _env_cache:

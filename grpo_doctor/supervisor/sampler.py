@@ -34,6 +34,10 @@ from grpo_doctor.rank.nvml import Nvml, NvmlError
 from grpo_doctor.schema import SCHEMA_VERSION
 
 NO_NVML_MESSAGE = "GPU sampling off: no NVIDIA driver (NVML unavailable)"
+# A CPU figure over a shorter interval is noise: psutil's CPU times tick every 10 ms, so a
+# process sampled just after it was found reads 0 % even while it spins.
+MIN_CPU_INTERVAL_S = 0.2
+UNREADABLE = "unreadable"  # alive, but /proc does not show it to us (hidepid)
 GONE = "gone"  # the state of a process that no longer exists (or whose pid now names another one)
 
 
@@ -74,7 +78,9 @@ class ProcSample:
     rank: int
     pid: int
     rss_bytes: int | None  # None when the process is gone (or a zombie)
-    cpu_pct: float | None  # % of one core since the previous sample (or since set_targets); may exceed 100
+    # % of one core since the previous sample (or since set_targets), may exceed 100; None when
+    # gone, or less than MIN_CPU_INTERVAL_S after set_targets (not measured yet)
+    cpu_pct: float | None
     state: str  # psutil status: running, sleeping, disk-sleep, stopped, zombie, ...; or "gone"
     num_threads: int | None
 
@@ -130,7 +136,8 @@ class Sampler:
         self._notify = notify or (lambda message: print(f"grpo-doctor: {message}", file=sys.stderr))
         self._notified: set[str] = set()
         self._num_gpus: int | None = None  # None until the first round asks NVML; 0: GPU sampling off
-        self._procs: dict[int, tuple[int, psutil.Process | None]] = {}  # rank -> (pid, cached Process)
+        # rank -> (pid, cached Process, when it was opened: time.monotonic())
+        self._procs: dict[int, tuple[int, psutil.Process | None, float]] = {}
         self._latest: dict[int, ProcSample] = {}
         self._latest_gpus: list[GpuSample] = []
         self._targets_lock = threading.Lock()
@@ -144,7 +151,7 @@ class Sampler:
         with self._targets_lock:
             old = self._procs
             keep = {rank for rank, pid in ranks.items() if rank in old and old[rank][0] == pid}
-            self._procs = {rank: old[rank] if rank in keep else (pid, _open_process(pid))
+            self._procs = {rank: old[rank] if rank in keep else (pid, _open_process(pid), time.monotonic())
                            for rank, pid in ranks.items()}
 
     def latest(self, rank: int) -> ProcSample | None:
@@ -169,8 +176,9 @@ class Sampler:
             samples: list[Sample] = list(gpus)
             with self._targets_lock:
                 targets = sorted(self._procs.items())
-            for rank, (pid, proc) in targets:
-                sample = _sample_process(t, rank, pid, proc)
+            for rank, (pid, proc, opened_mono) in targets:
+                measured = time.monotonic() - opened_mono >= MIN_CPU_INTERVAL_S
+                sample = _sample_process(t, rank, pid, proc, measured)
                 self._latest[rank] = sample
                 samples.append(sample)
             self._write(samples)
@@ -274,6 +282,15 @@ def _guarded(query: Callable[[int], Any], index: int) -> Any:
         return None
 
 
+def shows_work(sample: ProcSample | None) -> bool:
+    """Busy on a CPU, or not measured yet (just found): either way not a silent, idle rank."""
+    if sample is None:
+        return True
+    if sample.cpu_pct is None:
+        return sample.state not in (GONE, psutil.STATUS_ZOMBIE, UNREADABLE)
+    return sample.cpu_pct > 5.0
+
+
 def _open_process(pid: int) -> psutil.Process | None:
     """A Process for pid, kept across rounds: it remembers the creation time (so a reused pid is
     noticed) and the CPU times of the previous round (which cpu_percent measures against)."""
@@ -285,7 +302,9 @@ def _open_process(pid: int) -> psutil.Process | None:
     return proc
 
 
-def _sample_process(t: float, rank: int, pid: int, proc: psutil.Process | None) -> ProcSample:
+def _sample_process(t: float, rank: int, pid: int, proc: psutil.Process | None, measured: bool) -> ProcSample:
+    """measured=False: too soon after the process was found for a CPU figure (cpu_pct None; the
+    next round's covers the time since it was found)."""
     # is_running() compares creation times, so a pid taken over by another process reads as gone.
     if proc is None or not proc.is_running():
         return _without_metrics(t, rank, pid, GONE)
@@ -295,13 +314,13 @@ def _sample_process(t: float, rank: int, pid: int, proc: psutil.Process | None) 
             if state == psutil.STATUS_ZOMBIE:
                 return _without_metrics(t, rank, pid, state)
             return ProcSample(t=t, rank=rank, pid=pid, rss_bytes=proc.memory_info().rss,
-                              cpu_pct=proc.cpu_percent(), state=state, num_threads=proc.num_threads())
+                              cpu_pct=proc.cpu_percent() if measured else None, state=state, num_threads=proc.num_threads())
     except psutil.ZombieProcess:
         return _without_metrics(t, rank, pid, psutil.STATUS_ZOMBIE)
     except psutil.NoSuchProcess:  # exited between is_running() and the reads
         return _without_metrics(t, rank, pid, GONE)
     except psutil.AccessDenied:  # /proc mounted with hidepid, say: alive but unreadable
-        return _without_metrics(t, rank, pid, "unreadable")
+        return _without_metrics(t, rank, pid, UNREADABLE)
 
 
 def _without_metrics(t: float, rank: int, pid: int, state: str) -> ProcSample:

@@ -33,7 +33,7 @@ from grpo_doctor.supervisor.hang import HangReport, investigate
 from grpo_doctor.supervisor.launch import ProcessTree, describe_exit
 from grpo_doctor.supervisor.output import OutputTee
 from grpo_doctor.supervisor.progress import HangPolicy, ProgressTracker
-from grpo_doctor.supervisor.sampler import Sampler
+from grpo_doctor.supervisor.sampler import Sampler, shows_work
 from grpo_doctor.supervisor.seeds import SeedCheck
 
 HANG_EXIT = 124  # the job hung and watch ended it (--on-hang kill), as timeout(1) reports
@@ -73,6 +73,7 @@ class Watch:
         self.hangs: list[HangReport] = []
         self._interrupts = 0
         self._last_output_mono = time.monotonic()
+        self._last_busy_mono = time.monotonic()  # last time a rank used CPU or was not yet measured
         self._reported_stall: tuple | None = None
         self._internal_errors: set[type] = set()
         self._ending = False  # after watch itself signals the job, its tracebacks are our doing
@@ -206,10 +207,15 @@ class Watch:
             stalled = self.tracker.stalled(now)
             return all(r in stalled for r in running) and self._reported_stall != self._stall_key()
         live = [r for r in self.rank_pids if r not in self.gone]
-        if not live or now - self._last_output_mono < self.opts.uninstrumented_timeout_s:
+        if not live:
             return False
-        busy = [r for r in live if (s := self.sampler.latest(r)) is not None and (s.cpu_pct or 0.0) > 5.0]
-        return not busy and self._reported_stall != self._stall_key()
+        # Silence counts from the last sign of work: output, or a rank using CPU. A rank the
+        # sampler has not measured yet (just discovered, still importing torch) counts as busy,
+        # so a slow start is never taken for a hang.
+        if any(shows_work(self.sampler.latest(r)) for r in live):
+            self._last_busy_mono = now
+        quiet_since = max(self._last_output_mono, self._last_busy_mono)
+        return now - quiet_since >= self.opts.uninstrumented_timeout_s and self._reported_stall != self._stall_key()
 
     def _stall_key(self) -> tuple:
         """Changes whenever any rank makes progress, so each distinct stall is reported once."""
@@ -311,3 +317,4 @@ def _shell_status(status: int | None) -> int:
     if status is None:
         return 1
     return 128 - status if status < 0 else status
+

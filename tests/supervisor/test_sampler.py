@@ -18,6 +18,7 @@ from grpo_doctor.supervisor.sampler import (
     ProcSample,
     Sampler,
     load_samples,
+    shows_work,
 )
 
 MiB = 2**20
@@ -111,6 +112,19 @@ def test_busy_sleeping_and_allocating_ranks_are_told_apart(tmp_path, spawn):
     assert procs[0].state == "running" and procs[1].state == "sleeping"
     assert all(p.num_threads >= 1 for p in procs.values())
     assert sampler.latest(1) == procs[1] and sampler.latest(7) is None
+
+
+def test_a_process_sampled_the_moment_it_is_found_reads_unmeasured_not_idle(tmp_path, spawn):
+    busy, sleeping = spawn(BUSY), spawn(SLEEPING)
+    sampler = Sampler(tmp_path / "samples.jsonl", nvml=FakeNvml())
+    sampler.set_targets({0: busy.pid, 1: sleeping.pid})
+    first = by_rank(sampler.sample_once())  # a few ms later: too short for a CPU figure
+    assert first[0].cpu_pct is None and first[0].state == "running" and first[0].rss_bytes > 0
+    assert shows_work(first[0]) and shows_work(first[1]) and shows_work(None)
+    time.sleep(1.0)
+    second = by_rank(sampler.sample_once())  # covers the time since set_targets
+    assert second[0].cpu_pct >= 10 and shows_work(second[0])
+    assert second[1].cpu_pct <= 2 and not shows_work(second[1])
 
 
 def test_a_killed_rank_reads_gone_and_the_others_are_still_sampled(tmp_path, spawn):

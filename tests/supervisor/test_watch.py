@@ -13,6 +13,7 @@ import pytest
 from helpers import clean_env, write_program
 
 from grpo_doctor.supervisor.childenv import child_environment
+from grpo_doctor.supervisor.sampler import ProcSample, load_samples
 from grpo_doctor.supervisor.watch import HANG_EXIT
 
 
@@ -62,7 +63,7 @@ def test_a_stuck_rank_of_the_reference_trainer_is_named_with_its_phase_and_step(
     assert out.returncode == HANG_EXIT, out.stderr[-3000:]
     assert "step 2 loss" in out.stdout  # the job's output reached the terminal
     report = hang_report(run_dir)
-    assert report["culprits"] == [1]
+    assert report["culprits"] == [1], json.dumps(report)[-3000:]
     assert report["ranks"]["1"]["open_phase"] == "rollout" and report["ranks"]["1"]["step"] == 3
     assert report["ranks"]["0"]["open_phase"] == "reward" and report["ranks"]["1"]["verdict"] == "stuck"
     for stack_dir in report["stack_dirs"]:
@@ -96,11 +97,25 @@ def test_an_uninstrumented_script_gets_its_stuck_rank_named_from_the_stacks_alon
     out = run_watch(cmd, tmp_path)
     assert out.returncode == HANG_EXIT, out.stderr[-3000:]
     report = hang_report(run_dir)
-    assert report["culprits"] == [1]
+    assert report["culprits"] == [1], json.dumps(report)[-3000:]
     assert any("all_reduce" in line and "rank 0" in line for line in report["groups"])
     assert any("load_next_batch" in line and "rank 1" in line for line in report["groups"])
     assert not (run_dir / "ranks").exists()  # nothing was instrumented
     assert not leftovers(str(script))
+
+
+def test_a_rank_found_after_a_long_silent_start_is_not_taken_for_a_hang(tmp_path):
+    # The launcher is silent for longer than the timeout before the rank appears, and the rank
+    # computes silently (as when importing torch on a loaded machine): no hang until it is idle.
+    rank = "import time\nend = time.monotonic() + 4\nwhile time.monotonic() < end: pass\nprint('rank done', flush=True)"
+    launcher = f"sleep 4; RANK=0 exec {sys.executable} -c \"{rank}\""
+    out = run_watch(watch_cmd(tmp_path / "run", "--hang-timeout", "2", "--no-report") + ["sh", "-c", launcher], tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "rank done" in out.stdout and "taking the stacks" not in out.stderr
+    assert not list((tmp_path / "run" / "supervisor").glob("*/hang-*.json"))
+    # The shell exec'ed into the rank: same pid, new program, found all the same.
+    (samples,) = (tmp_path / "run" / "supervisor").glob("*/samples.jsonl")
+    assert any(isinstance(s, ProcSample) and s.rank == 0 and (s.cpu_pct or 0) > 5 for s in load_samples(samples))
 
 
 @pytest.mark.distributed
