@@ -10,10 +10,10 @@ import argparse
 import sys
 
 from grpo_doctor._version import __version__
-from grpo_doctor.cli import demo, report, summary, watch
+from grpo_doctor.cli import demo, probe, report, summary, watch
 from grpo_doctor.cli.errors import UserError
 
-SUBCOMMANDS = (watch, demo, summary, report)
+SUBCOMMANDS = (watch, demo, summary, report, probe)
 
 EPILOG = """\
 examples:
@@ -23,6 +23,7 @@ examples:
   grpo-doctor summary grpo-doctor-runs/RUN      per-rank state of a run, live or finished
   grpo-doctor summary node0/RUN node1/RUN       one run directory per node
   grpo-doctor report RUN [LOGS...]              findings with remedies; writes findings.json
+  grpo-doctor probe --nproc-per-node 8          on every node before training: rendezvous, settings, collectives
 
 inside a training script:
   import grpo_doctor as gd

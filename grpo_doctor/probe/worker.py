@@ -113,8 +113,11 @@ class RankProbe:
                 rdzv_timeout_s=self.opts.rdzv_timeout_s, problems=[p.to_dict() for p in problems], t=time.time())
             where = self._write(report)
             checks = {r: res.get("checks", []) for r, res in per_rank.items()}
-            for line in [table.check_line(checks), *table.sweep_lines(report.sweep), *table.link_lines(summary),
-                         *table.problem_lines(problems), table.verdict_line(status, where)]:
+            lines = [table.check_line(checks), *table.sweep_lines(report.sweep), *table.link_lines(summary),
+                     *table.problem_lines(problems)]
+            if not os.environ.get(NODES_CHECKED_ENV):  # else `grpo-doctor probe` says the verdict
+                lines.append(table.verdict_line(status, where))
+            for line in lines:
                 self.say(line)
         self.guard.start("finishing", self.opts.op_timeout_s)
         finish_together(store, f"{PREFIX}/results", me=self.rank, members=range(self.world_size),

@@ -1,0 +1,162 @@
+"""`grpo-doctor probe`: run on every node before training, launched as the training will be.
+
+This node's checks and the node rendezvous (grpo_doctor.probe.node), then torchrun with
+`-m grpo_doctor.probe` for the collectives, unless the nodes could not even meet. The launch
+settings come from flags or the usual variables (NNODES, NODE_RANK, NPROC_PER_NODE,
+MASTER_ADDR, MASTER_PORT).
+
+Typical use:
+    NNODES=2 NODE_RANK=0 MASTER_ADDR=10.0.0.1 grpo-doctor probe --nproc-per-node 8 --expect use_vllm=true
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from grpo_doctor.cli.errors import UserError
+from grpo_doctor.probe import table
+from grpo_doctor.probe.options import ProbeOptions, add_measure_arguments, options_from_args
+from grpo_doctor.probe.results import (
+    COLLECTIVES_FILE,
+    NodeReport,
+    Problem,
+    node_file_name,
+    probe_dir,
+    write_json,
+)
+from grpo_doctor.probe.settings import SettingsError
+from grpo_doctor.probe.verdict import exit_status
+from grpo_doctor.probe.worker import NODES_CHECKED_ENV
+
+EPILOG = """\
+exit status: 0 nothing found that would stop the job (warnings such as a slow link may be printed);
+1 the job would fail as launched (a node missing or unreachable, settings that differ, a collective
+that fails); 2 usage error.
+results: <run-dir>/probe/node-NNN-HOST.json per node, probe/collectives.json from rank 0;
+`grpo-doctor report <run-dir>` turns them into findings.
+"""
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("probe", help="check nodes, settings and collectives before training",
+                       description=__doc__.split("\n\n")[0], epilog=EPILOG,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--nproc-per-node", type=int, default=None, help="ranks to start on this node ($NPROC_PER_NODE)")
+    p.add_argument("--nnodes", type=int, default=None, help="number of nodes ($NNODES, default 1)")
+    p.add_argument("--node-rank", type=int, default=None, help="this node's rank ($NODE_RANK, default 0)")
+    p.add_argument("--master-addr", default=None, help="node 0's address ($MASTER_ADDR; 127.0.0.1 on one node)")
+    p.add_argument("--master-port", type=int, default=None, help="($MASTER_PORT, default 29500)")
+    p.add_argument("--json", action="store_true", help="print the results as one JSON object on stdout")
+    add_measure_arguments(p)
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from grpo_doctor.probe.node import NodeSpec, blocks_collectives, run_node_checks
+
+    spec = _node_spec(args, os.environ, NodeSpec)
+    try:
+        opts = options_from_args(args, os.environ)
+    except SettingsError as exc:
+        raise UserError(str(exc), "see grpo-doctor probe --help") from exc
+    out = sys.stderr if args.json else sys.stdout
+
+    def say(line: str) -> None:
+        print(line, file=out, flush=True)
+
+    say(f"grpo-doctor probe: node {spec.node_rank} of {spec.nnodes}, {spec.nproc_per_node} rank(s), "
+        f"master {spec.master_addr}:{spec.master_port}")
+    report = run_node_checks(spec, opts, say)
+    node_path = probe_dir(opts.run_dir) / node_file_name(spec.node_rank, report.host)
+    write_json(node_path, report.to_dict())
+    for line in _node_lines(report):
+        say(line)
+    problems = [Problem.from_dict(p) for p in report.problems]
+    if blocks_collectives(report):
+        say("grpo-doctor probe: collectives not run: the nodes cannot form the job")
+        status = 1
+    else:
+        status = max(exit_status(problems), _run_collectives(spec, opts, out))
+    say(table.verdict_line(status, str(probe_dir(opts.run_dir))))
+    if args.json:
+        collectives = probe_dir(opts.run_dir) / COLLECTIVES_FILE
+        print(json.dumps({"status": status, "node": report.to_dict(),
+                          "collectives": json.loads(collectives.read_text()) if collectives.is_file() else None},
+                         indent=1, default=str))
+    return status
+
+
+def _node_spec(args: argparse.Namespace, env: os._Environ | dict, NodeSpec: type):
+    def pick(flag: int | str | None, name: str, default: int | str | None, cast: type = int):
+        if flag is not None:
+            return flag
+        if env.get(name):
+            try:
+                return cast(env[name])
+            except ValueError:
+                raise UserError(f"{name}={env[name]!r} is not a number", f"set {name} to a whole number") from None
+        return default
+
+    nproc = pick(args.nproc_per_node, "NPROC_PER_NODE", None)
+    if nproc is None or nproc < 1:
+        raise UserError("how many ranks to start on this node is not known",
+                        "pass --nproc-per-node N (as for torchrun) or set NPROC_PER_NODE")
+    nnodes = pick(args.nnodes, "NNODES", 1)
+    node_rank = pick(args.node_rank, "NODE_RANK", 0)
+    if not 0 <= node_rank < nnodes:
+        raise UserError(f"node rank {node_rank} with {nnodes} node(s)", "NODE_RANK must be 0 .. NNODES-1")
+    master_addr = pick(args.master_addr, "MASTER_ADDR", None, str)
+    if master_addr is None:
+        if nnodes > 1:
+            raise UserError(f"MASTER_ADDR is not set and NNODES={nnodes}",
+                            "pass --master-addr (node 0's address, the same on every node) or set MASTER_ADDR")
+        master_addr = "127.0.0.1"
+    return NodeSpec(node_rank=node_rank, nnodes=nnodes, nproc_per_node=nproc, master_addr=master_addr,
+                    master_port=pick(args.master_port, "MASTER_PORT", 29500))
+
+
+def _node_lines(report: NodeReport) -> list[str]:
+    pre = report.preflight
+    gpus = "no NVIDIA driver (gloo on CPU)" if pre.get("gpus_visible") is None else f"{pre['gpus_visible']} GPU(s) visible"
+    ifaces = ", ".join(f"{n} {'/'.join(a) or '-'}" for n, a in pre.get("interfaces", {}).items())
+    lines = [f"  master {pre['master_addr']}:{pre['master_port']} resolves to {', '.join(pre['resolved']) or '-'}; "
+             f"{pre['connect']} ({pre['connect_detail']}); route from {pre.get('route_address') or '-'}",
+             f"  interfaces: {ifaces or 'none'}; {gpus}"]
+    if report.arrived:
+        lines.append(f"  nodes joined: {', '.join(f'{n} ({h})' for n, h in sorted(report.arrived.items()))} "
+                     f"after {report.waited_s or 0:.1f} s")
+    problems = [Problem.from_dict(p) for p in report.problems]
+    return lines + (table.problem_lines(problems) if problems else [])
+
+
+def _run_collectives(spec, opts: ProbeOptions, out) -> int:
+    """torchrun -m grpo_doctor.probe on this node; its own exit status (1 when it found a failure).
+    The whole launch is bounded too: torchrun's rendezvous, then the ranks' own stage budgets."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={spec.nnodes}", f"--node-rank={spec.node_rank}",
+           f"--nproc-per-node={spec.nproc_per_node}", f"--master-addr={spec.master_addr}",
+           f"--master-port={spec.master_port}", f"--rdzv-conf=timeout={int(opts.rdzv_timeout_s)}",
+           "-m", "grpo_doctor.probe", "--run-dir", str(Path(opts.run_dir).absolute()),
+           "--rdzv-timeout", str(opts.rdzv_timeout_s), "--op-timeout", str(opts.op_timeout_s),
+           "--sizes", ",".join(str(s) for s in opts.sizes_bytes), "--iters", str(opts.iters),
+           "--warmup", str(opts.warmup), "--p2p-size", str(opts.p2p_bytes), "--repeats", str(opts.repeats),
+           "--slow-ratio", str(opts.slow_ratio), "--backend", opts.backend]
+    env = dict(os.environ, **{NODES_CHECKED_ENV: "1"})
+    env.setdefault("OMP_NUM_THREADS", "1")
+    budget_s = 2 * opts.rdzv_timeout_s + opts.op_timeout_s * (12 + 4 * len(opts.sizes_bytes) + 2 * opts.repeats) + 60
+    proc = subprocess.Popen(cmd, env=env, stdout=out, start_new_session=True)
+    try:
+        return 1 if proc.wait(timeout=budget_s) != 0 else 0
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        print(f"grpo-doctor probe: torchrun did not finish within {budget_s:.0f} s and was stopped", file=out)
+        return 1
+    except KeyboardInterrupt:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=10)
+        raise
