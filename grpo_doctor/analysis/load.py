@@ -1,6 +1,7 @@
 """Everything known about a run, gathered from any mix of run directories and raw log files.
 
-A run directory contributes its rank files (via `eventlog.load_run`) and the artifacts of each
+A run directory contributes its rank files (via `eventlog.load_run`, each file read by
+`rank_tables.read_rank_tables`, in worker processes for a big run) and the artifacts of each
 node's `grpo-doctor watch` under `supervisor/<host>/` (summary.json, hang-N.json,
 signatures.jsonl); a directory with `supervisor/` but no `ranks/` is an uninstrumented watched
 run. PyTorch flight-recorder dumps (`fr/`, or any file that starts like one) become `flight_dumps`;
@@ -38,10 +39,13 @@ import pandas as pd
 from grpo_doctor.analysis import metric_logs as framework_logs
 from grpo_doctor.analysis import rollout_tables
 from grpo_doctor.analysis.clock import describe_offsets, host_offsets, shift_times
+from grpo_doctor.analysis.columns import joined, repeated
+from grpo_doctor.analysis.parallel_read import read_rank_files
+from grpo_doctor.analysis.rank_tables import MEMORY_FIELDS, PHASE_FIELDS, TabledRankLog
 from grpo_doctor.eventlog import RunDirError, RunLog, load_run, paused_gc
 from grpo_doctor.logs.flight_recorder import FlightDump, FlightDumpError, is_flight_dump, read_flight_dump
 from grpo_doctor.logs.signatures import Signature, scan_file
-from grpo_doctor.schema import Error, Header, Memory, PhaseBegin, PhaseEnd, Rng, Rollout, RunPaths, Step
+from grpo_doctor.schema import Error, Header, Rng, Rollout, RunPaths, Step
 
 PHASE_COLUMNS = ["rank", "host", "step", "phase", "path", "begin_t", "end_t", "duration_s", "error"]
 STEP_COLUMNS = ["rank", "host", "step", "t", "source"]
@@ -94,11 +98,7 @@ class Evidence:
     def host_of(self, rank: int | None) -> str | None:
         if rank is None or self.run is None or rank not in self.run.ranks:
             return None
-        log = self.run.ranks[rank]
-        if log.header is not None:
-            return log.header.host
-        first = next((r for r in log.records if hasattr(r, "host")), None)
-        return getattr(first, "host", None)
+        return self.run.ranks[rank].host
 
     @property
     def known_ranks(self) -> set[int]:
@@ -147,7 +147,7 @@ def load_evidence(paths: Sequence[str | Path]) -> Evidence:
     with paused_gc():
         if rank_sources:
             try:
-                ev.run = load_run(rank_sources)
+                ev.run = load_run(rank_sources, read_files=read_rank_files)
             except RunDirError as exc:
                 raise EvidenceError(str(exc), exc.hint) from None
             ev.warnings += ev.run.warnings
@@ -258,43 +258,25 @@ def _add_signatures(ev: Evidence, signatures: list[Signature], source: str, host
 
 
 def _build_tables(ev: Evidence) -> None:
-    phases, steps, errors, memory = [], [], [], []
-    rng_records: list[Rng] = []
-    for rank, log in sorted((ev.run.ranks if ev.run else {}).items()):
+    logs = sorted((ev.run.ranks if ev.run else {}).items())
+    ev.phases = _rank_frame(ev, logs, "phase_columns", PHASE_FIELDS, PHASE_COLUMNS)
+    ev.memory = _rank_frame(ev, logs, "memory_columns", MEMORY_FIELDS, MEMORY_COLUMNS)
+    steps, errors, rng_records = [], [], []
+    for rank, log in logs:
         host = ev.host_of(rank)
-        open_begins: list[PhaseBegin] = []
+        # Phase and memory records are in columns already (rank_tables.py); these kinds are few.
         for rec in log.records:
-            # The kinds are disjoint, so the order of the tests is free: most frequent first.
-            if isinstance(rec, PhaseEnd):
-                while open_begins:
-                    begin = open_begins.pop()
-                    if begin.path == rec.path:
-                        phases.append([rank, host, begin.step, rec.phase, rec.path, begin.t, rec.t,
-                                       rec.duration_s, rec.error])
-                        break
-            elif isinstance(rec, PhaseBegin):
-                open_begins.append(rec)
-            elif isinstance(rec, Step):
-                steps.append({"rank": rank, "host": host, "step": rec.step, "t": rec.t, **rec.metrics})
-            elif isinstance(rec, Memory):
-                memory.append([rank, host, rec.step, rec.t, rec.tag, rec.host_rss_bytes, rec.device,
-                               rec.allocated_bytes, rec.reserved_bytes, rec.peak_allocated_bytes,
-                               rec.inactive_split_bytes, rec.free_bytes, rec.total_bytes])
-            elif isinstance(rec, Header):
-                open_begins.clear()
+            if isinstance(rec, Step):
+                steps.append((rank, host, rec))
             elif isinstance(rec, Error):
                 errors.append([rank, host, rec.step, rec.t, rec.exc_type, rec.message, rec.phase, rec.path])
             elif isinstance(rec, Rollout):
                 ev.rollout_records.append(rec)
             elif isinstance(rec, Rng):
                 rng_records.append(rec)
-        for begin in open_begins:
-            phases.append([rank, host, begin.step, begin.phase, begin.path, begin.t, None, None, None])
-    ev.phases = pd.DataFrame(phases, columns=PHASE_COLUMNS)
-    ev.steps = pd.DataFrame(steps, columns=None if steps else STEP_COLUMNS).assign(source=rollout_tables.EVENT_LOG_SOURCE)
+    ev.steps = _step_frame(steps).assign(source=rollout_tables.EVENT_LOG_SOURCE)
     ev.rollouts, ev.rng = rollout_tables.rollout_frame(ev.rollout_records), rollout_tables.rng_frame(rng_records)
     ev.errors = pd.DataFrame(errors, columns=ERROR_COLUMNS)
-    ev.memory = pd.DataFrame(memory, columns=MEMORY_COLUMNS)
     ev.signatures = pd.DataFrame(ev.signature_rows, columns=SIGNATURE_COLUMNS)
     ev.samples = pd.DataFrame(ev.sample_rows) if ev.sample_rows else pd.DataFrame(columns=SAMPLE_COLUMNS)
     _align_clocks(ev)
@@ -304,6 +286,44 @@ def _build_tables(ev: Evidence) -> None:
         ev.steps = log_steps if ev.steps.empty else pd.concat([ev.steps, log_steps], ignore_index=True)
     ev.completions = pd.DataFrame(rollout_tables.rollout_samples(ev.rollout_records) + log_completions,
                                   columns=rollout_tables.COMPLETION_COLUMNS)
+
+
+def _rank_frame(ev: Evidence, logs: list[tuple[int, TabledRankLog]], attribute: str, fields: tuple[str, ...],
+                columns: list[str]) -> pd.DataFrame:
+    """One table from every rank's columns, with the rank and host of each row in front."""
+    parts: dict[str, list] = {name: [] for name in columns}
+    for rank, log in logs:
+        rank_columns = getattr(log, attribute)
+        num_rows = len(rank_columns[fields[0]])
+        if not num_rows:
+            continue
+        parts["rank"].append(repeated(rank, num_rows))
+        parts["host"].append(repeated(ev.host_of(rank), num_rows))
+        for name in fields:
+            parts[name].append(rank_columns[name])
+    if not parts["rank"]:
+        return pd.DataFrame(columns=columns)
+    return pd.DataFrame({name: joined(parts[name]) for name in columns}, columns=columns)
+
+
+def _step_frame(steps: list[tuple[int, str | None, Step]]) -> pd.DataFrame:
+    """rank, host, step, t and one column per metric, as pandas builds it from one dict per step.
+
+    Column by column where every step has the same metrics in the same order (a trainer's steps
+    do): 128 k dicts of 16 keys are slow to build and slower for pandas to read.
+    """
+    if not steps:
+        return pd.DataFrame(columns=STEP_COLUMNS)
+    names = tuple(steps[0][2].metrics) if type(steps[0][2].metrics) is dict else None
+    if (names is None or {"rank", "host", "step", "t"} & set(names)
+            or any(type(rec.metrics) is not dict or tuple(rec.metrics) != names for _, _, rec in steps)):
+        return pd.DataFrame([{"rank": rank, "host": host, "step": rec.step, "t": rec.t, **rec.metrics}
+                             for rank, host, rec in steps])
+    columns = {"rank": [rank for rank, _, _ in steps], "host": [host for _, host, _ in steps],
+               "step": [rec.step for _, _, rec in steps], "t": [rec.t for _, _, rec in steps]}
+    metrics = [rec.metrics for _, _, rec in steps]
+    columns.update({name: [m[name] for m in metrics] for name in names})
+    return pd.DataFrame(columns)
 
 
 def _align_clocks(ev: Evidence) -> None:

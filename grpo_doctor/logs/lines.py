@@ -1,4 +1,4 @@
-"""Read a log file line by line in bounded memory, whatever it holds.
+"""Read a log file line by line (or in chunks of whole lines) in bounded memory, whatever it holds.
 
 Logs are large (tens of GB for a long multi-node run), may hold lines of megabytes (a tensor
 printed whole, a JSON blob) and binary garbage (a crashed writer, a core dump cat'ed by mistake).
@@ -6,9 +6,15 @@ Lines are cut at `max_line_bytes` (the rest of such a line is skipped, so line n
 of the file), undecodable bytes become U+FFFD, and only "\\n" ends a line (a progress bar's "\\r"
 stays inside its line, where `prefixes.split_prefix` deals with it).
 
+`iter_chunks` gives the same lines in chunks of about a megabyte, as bytes, for a caller that
+searches the raw bytes first and decodes only some lines (`line_at` cuts and decodes one line
+exactly as `iter_lines` would).
+
 Typical use:
     for line in iter_lines("job.log", max_bytes=2**30):
         scanner.feed(line)
+    for chunk in iter_chunks("job.log"):
+        text, next_start = line_at(chunk, 0)
 """
 from __future__ import annotations
 
@@ -17,6 +23,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 MAX_LINE_BYTES = 64 * 1024
+CHUNK_BYTES = 2**20
 
 
 def iter_lines(path: str | Path, max_bytes: int | None = None,
@@ -42,3 +49,48 @@ def _skip_rest_of_line(f: BinaryIO, chunk_bytes: int) -> int:
         skipped += len(rest)
         if not rest or rest.endswith(b"\n"):
             return skipped
+
+
+def iter_chunks(path: str | Path, max_bytes: int | None = None, max_line_bytes: int = MAX_LINE_BYTES,
+                chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:
+    """The lines `iter_lines` gives, as bytes in chunks of whole lines of about `chunk_bytes`.
+    A line longer than `max_line_bytes` may be kept whole inside a chunk; one that crosses a read
+    is kept as its first `max_line_bytes` bytes and its newline: `line_at` cuts both the same."""
+    if max_bytes is not None and max_bytes <= 0:
+        return
+    last_byte = None if max_bytes is None else max_bytes - 1  # the line holding it is the last one read
+    carry = b""  # the start of a line that the last read did not end, at most max_line_bytes long
+    dropping = False  # that line is already cut: its bytes up to the newline are dropped
+    offset = 0  # of the next read in the file
+    with open(path, "rb") as f:
+        while block := f.read(chunk_bytes):
+            offset += len(block)
+            last = last_byte is not None and offset > last_byte
+            if last:
+                newline = block.find(b"\n", max(0, last_byte - (offset - len(block))))
+                if newline >= 0:
+                    block = block[:newline + 1]
+                else:
+                    last = False  # the last line goes on past this read
+            if dropping:
+                newline = block.find(b"\n")
+                if newline < 0:
+                    continue
+                block, dropping = block[newline:], False
+            end = block.rfind(b"\n") + 1
+            if end:
+                yield carry + block[:end]
+                carry = b""
+            carry += block[end:end + max_line_bytes - len(carry)]
+            dropping = len(carry) == max_line_bytes
+            if last:
+                break
+    if carry:
+        yield carry
+
+
+def line_at(chunk: bytes, start: int, max_line_bytes: int = MAX_LINE_BYTES) -> tuple[str, int]:
+    """The line of `chunk` that starts at `start`, cut and decoded as `iter_lines` gives it, and
+    where the next line starts."""
+    end = chunk.find(b"\n", start) + 1 or len(chunk)
+    return chunk[start:min(end, start + max_line_bytes)].decode("utf-8", "replace"), end

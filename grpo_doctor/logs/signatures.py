@@ -20,7 +20,7 @@ Typical use:
         for sig in scanner.feed(line):
             print(sig.kind, sig.rank, sig.fields)
     leftovers = scanner.close()
-    scan_file("job.log")  # the same over a whole file, in bounded memory
+    scan_file("job.log")  # the same over a whole file, in bounded memory, searching its raw bytes
 """
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_doctor.logs import torchrun
+from grpo_doctor.logs.chunk_keywords import KeywordHits
 from grpo_doctor.logs.detectors import JOIN_SPECS, detect, is_hot
 from grpo_doctor.logs.joiner import Joined, Joiner
 from grpo_doctor.logs.kinds import (
@@ -40,7 +41,7 @@ from grpo_doctor.logs.kinds import (
     PYTHON_TRACEBACK,
     complete_fields,
 )
-from grpo_doctor.logs.lines import iter_lines
+from grpo_doctor.logs.lines import CHUNK_BYTES, MAX_LINE_BYTES, iter_chunks, line_at
 from grpo_doctor.logs.prefixes import split_prefix_tuple
 from grpo_doctor.logs.pytraceback import CONSUMED, FINISHED, FRAME, HEADER, TracebackState, parse_collapsed
 
@@ -74,9 +75,6 @@ class Signature:
                    text=data.get("text", ""), fields=copy.deepcopy(data.get("fields") or {}))
 
 
-SCAN_BATCH_LINES = 64  # lines searched at once for a keyword by scan_file
-
-
 class LineScanner:
     """Finds signatures in a stream of log lines; see the module docstring."""
 
@@ -91,7 +89,7 @@ class LineScanner:
         """The signatures `line` completes (the next line of the log; a trailing newline is fine)."""
         self._index += 1
         hot = is_hot(line)
-        if not hot and not (self._joiner.held or self._tracebacks or self._blocks):
+        if not hot and not self._open():
             return []
         out: list[Signature] = []
         rank, source, message = split_prefix_tuple(line)
@@ -111,14 +109,23 @@ class LineScanner:
             self._expire(out)
         return out
 
-    def feed_batch(self, lines: list[str], out: list[Signature]) -> None:
-        """`feed` for consecutive lines, appending to `out`. Most of a log holds no keyword: one
-        search over the joined batch (a keyword never spans a newline) stands for a search per line,
-        and a cold batch with nothing open only moves the line count on."""
-        if not (self._joiner.held or self._tracebacks or self._blocks) and not is_hot("".join(lines)):
-            self._index += len(lines)  # nothing is open, so nothing can expire meanwhile
-            return
-        for line in lines:
+    def feed_chunk(self, chunk: bytes, out: list[Signature], max_line_bytes: int = MAX_LINE_BYTES) -> None:
+        """`feed` for every line of `chunk` (whole lines of a file, see `lines.iter_chunks`),
+        appending to `out`. While nothing is open, a line without a keyword only moves the line
+        count on, so the keywords are searched in the chunk's bytes (see `chunk_keywords`) and
+        only the lines from a hit to where nothing is open again are decoded and fed."""
+        hits = KeywordHits(chunk)
+        pos, size = 0, len(chunk)
+        while pos < size:
+            if not self._open():
+                hit = hits.next_from(pos)
+                if hit == size:
+                    self._index += chunk.count(b"\n", pos) + (not chunk.endswith(b"\n"))
+                    return
+                line_start = max(pos, chunk.rfind(b"\n", pos, hit) + 1)
+                self._index += chunk.count(b"\n", pos, line_start)
+                pos = line_start
+            line, pos = line_at(chunk, pos, max_line_bytes)
             out.extend(self.feed(line))
 
     def close(self) -> list[Signature]:
@@ -131,6 +138,10 @@ class LineScanner:
         for source in list(self._tracebacks):
             self._end_traceback(source, out)
         return sorted(out, key=_line_number)
+
+    def _open(self) -> bool:
+        """Whether a construct is open (a line without a keyword may then matter)."""
+        return bool(self._joiner.held or self._tracebacks or self._blocks)
 
     def _route(self, source: str, rank: int | None, text: str, out: list[Signature]) -> None:
         index = self._index
@@ -258,19 +269,15 @@ def scan_text(text: str) -> list[Signature]:
     return sorted(out + scanner.close(), key=_line_number)
 
 
-def scan_file(path: str | Path, max_bytes: int | None = None) -> list[Signature]:
-    """Every signature in the file at `path`, read line by line in bounded memory (see
-    `lines.iter_lines`: long lines cut at 64 KiB, bad bytes replaced, content never raises).
-    With `max_bytes`, only the file's first `max_bytes` bytes are read; line numbers stay true."""
+def scan_file(path: str | Path, max_bytes: int | None = None, *, chunk_bytes: int = CHUNK_BYTES) -> list[Signature]:
+    """Every signature in the file at `path`, read in chunks of whole lines in bounded memory (see
+    `lines.iter_chunks`: long lines cut at 64 KiB, bad bytes replaced, content never raises); the
+    same as feeding `LineScanner` every line. With `max_bytes`, only the lines that start in the
+    file's first `max_bytes` bytes are read; line numbers stay true."""
     scanner = LineScanner()
     out: list[Signature] = []
-    batch: list[str] = []
-    for line in iter_lines(path, max_bytes):
-        batch.append(line)
-        if len(batch) == SCAN_BATCH_LINES:
-            scanner.feed_batch(batch, out)
-            batch = []
-    scanner.feed_batch(batch, out)
+    for chunk in iter_chunks(path, max_bytes, chunk_bytes=chunk_bytes):
+        scanner.feed_chunk(chunk, out)
     return sorted(out + scanner.close(), key=_line_number)
 
 

@@ -53,7 +53,7 @@ def run_node_checks(spec: NodeSpec, opts: ProbeOptions, say: Callable[[str], Non
     if not is_master:
         say(f"grpo-doctor probe: node {spec.node_rank} ({host}): connecting to {spec.master_addr}:{spec.master_port} "
             f"(up to {opts.rdzv_timeout_s:g} s)")
-    pre = run_preflight(spec.master_addr, spec.master_port, is_master=is_master, nnodes=spec.nnodes,
+    pre = run_preflight(spec.master_addr, spec.master_port, is_master=is_master,
                         nproc_per_node=spec.nproc_per_node, environ=os.environ, deadline_mono=deadline, nvml=nvml)
     settings = node_settings(os.environ, nnodes=spec.nnodes, nproc_per_node=spec.nproc_per_node,
                              gpus=pre.gpus_visible, expect=opts.expect, args=opts.args)
@@ -88,6 +88,7 @@ def run_node_checks(spec: NodeSpec, opts: ProbeOptions, say: Callable[[str], Non
     problems += [Problem.from_dict(p) for node, post in posts.items() if node != spec.node_rank
                  for p in post["preflight"].get("problems", [])]
     problems += compare_nodes([(n, p["host"], p["settings"], p["versions"]) for n, p in posts.items()])
+    problems = list({(p.id, p.message): p for p in problems}.values())
     return NodeReport(**base, arrived={str(n): p["host"] for n, p in posts.items()}, missing_nodes=got.missing,
                       missing_ranks=_ranks_of(got.missing, spec.nproc_per_node), waited_s=got.waited_s,
                       problems=[p.to_dict() for p in problems])

@@ -5,7 +5,7 @@ interfaces this node has, and are there as many GPUs as ranks to start.
 Every network call has a timeout; a resolver that hangs is abandoned in its thread.
 
 Typical use:
-    pre = run_preflight(master_addr, 29500, is_master=False, nnodes=2, nproc_per_node=8,
+    pre = run_preflight(master_addr, 29500, is_master=False, nproc_per_node=8,
                         environ=os.environ, deadline_mono=time.monotonic() + 60)
 """
 from __future__ import annotations
@@ -36,7 +36,7 @@ RETRY_PAUSE_S = 0.5
 IFNAME_VARIABLES = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
 
 
-def run_preflight(master_addr: str, master_port: int, *, is_master: bool, nnodes: int, nproc_per_node: int,
+def run_preflight(master_addr: str, master_port: int, *, is_master: bool, nproc_per_node: int,
                   environ: Mapping[str, str], deadline_mono: float, nvml: Nvml | None = None) -> Preflight:
     problems: list[Problem] = []
     resolved, resolve_error = resolve(master_addr)
@@ -48,11 +48,11 @@ def run_preflight(master_addr: str, master_port: int, *, is_master: bool, nnodes
         connect, detail = check_connect(resolved[0], master_port, deadline_mono)
     problems += _connect_problems(master_addr, master_port, connect, detail)
     route = route_address(resolved[0]) if resolved else None
-    if nnodes > 1 and resolved and all(_is_loopback(a) for a in resolved):
+    # Several "nodes" on one host may rendezvous on loopback; from another host it reaches nothing.
+    if not is_master and connect != REACHABLE and resolved and all(_is_loopback(a) for a in resolved):
         problems.append(Problem(
             id="rendezvous-failure", severity="critical",
-            message=f"MASTER_ADDR={master_addr} is a loopback address but NNODES={nnodes}: the other nodes "
-                    "cannot reach it",
+            message=f"MASTER_ADDR={master_addr} is a loopback address: it names this node, not node 0",
             hint="Set MASTER_ADDR to node 0's address as the other nodes see it (e.g. its hostname or "
                  "`hostname -I` on node 0), the same on every node."))
     ifaces = interfaces()
