@@ -23,6 +23,9 @@ import torch
 import torch.distributed as dist
 
 OPS = ("all_reduce", "all_gather", "broadcast", "reduce_scatter")
+# torch 2.13 renamed the tensor forms (the old names warn); older torch has only the old ones.
+_all_gather_tensor = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+_reduce_scatter_tensor = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 BYTES_PER_ELEMENT = 4  # float32
 
 
@@ -44,11 +47,11 @@ def launch(op: str, send: torch.Tensor, recv: torch.Tensor) -> Any:
     if op == "all_reduce":
         return dist.all_reduce(send, async_op=True)
     if op == "all_gather":
-        return dist.all_gather_into_tensor(recv, send, async_op=True)
+        return _all_gather_tensor(recv, send, async_op=True)
     if op == "broadcast":
         return dist.broadcast(send, src=0, async_op=True)
     if op == "reduce_scatter":
-        return dist.reduce_scatter_tensor(recv, send, async_op=True)
+        return _reduce_scatter_tensor(recv, send, async_op=True)
     raise ValueError(f"unknown collective {op!r}; one of {', '.join(OPS)}")
 
 

@@ -70,12 +70,25 @@ def measure_links(device: torch.device, *, num_bytes: int, repeats: int, op_time
 
 
 def slow_links(links: list[dict[str, Any]], ratio: float) -> list[dict[str, Any]]:
-    """Links under ratio x the median bandwidth of all links (needs 3 links to have a median)."""
-    measured = [link for link in links if link.get("gbps")]
-    if len(measured) < 3:
-        return []
-    median = statistics.median(link["gbps"] for link in measured)
-    return [link for link in measured if link["gbps"] < ratio * median]
+    """Links under ratio x the upper quartile of their class's bandwidth (needs 3 links in the
+    class). Links within a host and between hosts are judged apart: NVLink beside a network
+    link is not slow. The upper quartile, not the median, because one slow node sits on most
+    links of a small ring (two of three with three nodes)."""
+    slow = []
+    for same_host in (True, False):
+        measured = [lk for lk in links if lk.get("gbps") and (lk.get("src_host") == lk.get("dst_host")) == same_host]
+        if len(measured) >= 3:
+            reference = reference_gbps(measured)
+            slow += [lk for lk in measured if lk["gbps"] < ratio * reference]
+    return slow
+
+
+def reference_gbps(links: list[dict[str, Any]]) -> float:
+    """The upper quartile of the links' bandwidths: what a healthy link of the class reaches."""
+    values = sorted(lk["gbps"] for lk in links if lk.get("gbps"))
+    if len(values) < 2:
+        return values[0] if values else 0.0
+    return statistics.quantiles(values, n=4, method="inclusive")[2]
 
 
 def slow_hosts(links: list[dict[str, Any]], slow: list[dict[str, Any]], host_of: dict[int, str]) -> list[str]:

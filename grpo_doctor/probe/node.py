@@ -84,7 +84,7 @@ def run_node_checks(spec: NodeSpec, opts: ProbeOptions, say: Callable[[str], Non
     finish_together(store, PREFIX, me=spec.node_rank, members=sorted(got.payloads), is_server=is_master)
     del store  # node 0: the server stops, and torchrun can listen on the port
     posts = got.first()
-    problems += _rendezvous_problems(spec, got.missing, got.duplicated(), posts, got.waited_s)
+    problems += _rendezvous_problems(spec, got.missing, got.duplicated(), posts, opts.rdzv_timeout_s)
     problems += [Problem.from_dict(p) for node, post in posts.items() if node != spec.node_rank
                  for p in post["preflight"].get("problems", [])]
     problems += compare_nodes([(n, p["host"], p["settings"], p["versions"]) for n, p in posts.items()])
@@ -118,14 +118,14 @@ def _ranks_of(nodes: list[int], nproc_per_node: int) -> list[int]:
 
 
 def _rendezvous_problems(spec: NodeSpec, missing: list[int], duplicated: dict[int, list[dict]],
-                         posts: dict[int, dict], waited_s: float) -> list[Problem]:
+                         posts: dict[int, dict], timeout_s: float) -> list[Problem]:
     problems = []
     if missing:
         ranks = _ranks_of(missing, spec.nproc_per_node)
         joined = ", ".join(f"{n} ({p['host']})" for n, p in posts.items())
         problems.append(Problem(
             id="rendezvous-failure", severity="critical",
-            message=f"node(s) {format_ranks(missing)} never joined within {waited_s:.0f} s: rank(s) "
+            message=f"node(s) {format_ranks(missing)} never joined within {timeout_s:g} s: rank(s) "
                     f"{format_ranks(ranks)} missing ({len(posts)} of {spec.nnodes} nodes joined: "
                     f"{joined})",
             hint="Start the missing node(s) with NODE_RANK set and the same MASTER_ADDR, MASTER_PORT and NNODES; if "

@@ -57,7 +57,7 @@ def add_measure_arguments(p: argparse.ArgumentParser) -> None:
                    help="bytes per send/recv link test (default 64M on GPUs, 4M on CPU)")
     p.add_argument("--repeats", type=int, default=3, help="send/recv rounds per link; the median counts (default 3)")
     p.add_argument("--slow-ratio", type=float, default=0.5,
-                   help="a link under this fraction of the median link bandwidth is slow (default 0.5)")
+                   help="a link under this fraction of the upper quartile of like links (within a node, or between nodes) is slow (default 0.5)")
     p.add_argument("--backend", choices=("auto", "nccl", "gloo"), default="auto",
                    help="auto: NCCL where CUDA is available, else gloo")
     p.add_argument("--expect", action="append", metavar="KEY=VALUE",

@@ -46,7 +46,7 @@ def link_lines(summary: dict[str, Any], max_shown: int = 8) -> list[str]:
     if not links:
         return []
     slow = summary.get("slow_links") or []
-    lines = [f"  send/recv: {len(links)} links, median {summary.get('median_gbps', 0.0):.3f} GB/s, "
+    lines = [f"  send/recv: {len(links)} links, upper quartile {summary.get('reference_gbps', 0.0):.3f} GB/s, "
              f"{len(slow)} slow"]
     for lk in sorted(slow, key=lambda lk: lk["gbps"])[:max_shown]:
         lines.append(f"    slow: rank {lk['src']} ({lk.get('src_host')}) -> rank {lk['dst']} ({lk.get('dst_host')}) "

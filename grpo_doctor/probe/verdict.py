@@ -8,7 +8,6 @@ Typical use:
 """
 from __future__ import annotations
 
-import statistics
 from typing import Any
 
 from grpo_doctor.probe.results import Problem
@@ -30,7 +29,7 @@ def collective_problems(per_rank: dict[int, dict[str, Any]], host_of: dict[int, 
                         slow_ratio: float) -> tuple[list[Problem], dict[str, Any]]:
     """per_rank: rank -> {"checks", "links", "error"} as each rank measured them. Returns the
     problems and the summary of links (slow links, ranks, hosts) for the results file."""
-    from grpo_doctor.probe.links import slow_hosts, slow_links, slow_ranks
+    from grpo_doctor.probe.links import reference_gbps, slow_hosts, slow_links, slow_ranks
 
     problems: list[Problem] = []
     failed: dict[tuple[str, str], list[int]] = {}
@@ -54,7 +53,7 @@ def collective_problems(per_rank: dict[int, dict[str, Any]], host_of: dict[int, 
         lk["src_host"], lk["dst_host"] = host_of.get(lk["src"]), host_of.get(lk["dst"])
     slow = slow_links(links, slow_ratio)
     hosts, ranks = slow_hosts(links, slow, host_of), slow_ranks(links, slow)
-    median = statistics.median([lk["gbps"] for lk in links if lk.get("gbps")] or [0.0])
+    reference = reference_gbps([lk for lk in links if lk.get("gbps")])
     if slow:
         named = (f"node(s) {', '.join(hosts)}" if hosts else
                  f"rank(s) {format_ranks(ranks)}" if ranks else
@@ -62,12 +61,12 @@ def collective_problems(per_rank: dict[int, dict[str, Any]], host_of: dict[int, 
         worst = min(slow, key=lambda lk: lk["gbps"])
         problems.append(Problem(
             id="straggler", severity="warning",
-            message=f"slow network at {named}: {len(slow)} of {len(links)} links under {slow_ratio:g} x the median "
-                    f"{median:.3f} GB/s (slowest: rank {worst['src']} ({worst['src_host']}) -> rank {worst['dst']} "
-                    f"({worst['dst_host']}) {worst['gbps']:.3f} GB/s)",
+            message=f"slow network at {named}: {len(slow)} of {len(links)} links under {slow_ratio:g} x what the "
+                    f"fast ones reach (upper quartile {reference:.3f} GB/s); slowest: rank {worst['src']} "
+                    f"({worst['src_host']}) -> rank {worst['dst']} ({worst['dst_host']}) {worst['gbps']:.3f} GB/s",
             hint=SLOW_HINT, ranks=ranks or sorted({r for lk in slow for r in (lk["src"], lk["dst"])}),
             hosts=hosts or sorted({h for lk in slow for h in (lk["src_host"], lk["dst_host"]) if h})))
-    summary = {"links": links, "slow_links": slow, "slow_hosts": hosts, "slow_ranks": ranks, "median_gbps": median}
+    summary = {"links": links, "slow_links": slow, "slow_hosts": hosts, "slow_ranks": ranks, "reference_gbps": reference}
     return problems, summary
 
 

@@ -159,16 +159,16 @@ class RankProbe:
                                 payload=payload, deadline_mono=time.monotonic() + self.opts.rdzv_timeout_s)
         posts = got.first()
         if got.missing:
-            self._report_missing(got.missing, posts, got.waited_s)
+            self._report_missing(got.missing, posts)
             return None
         return ({r: p["host"] for r, p in posts.items()}, {r: p["settings"] for r, p in posts.items()},
                 {r: p["versions"] for r, p in posts.items()})
 
-    def _report_missing(self, missing: list[int], posts: dict[int, dict], waited_s: float) -> None:
+    def _report_missing(self, missing: list[int], posts: dict[int, dict]) -> None:
         nodes = sorted({r // self.local_world_size for r in missing})
         problem = Problem(
             id="rendezvous-failure", severity="critical",
-            message=f"rank(s) {format_ranks(missing)} never joined within {waited_s:.0f} s (node(s) "
+            message=f"rank(s) {format_ranks(missing)} never joined within {self.opts.rdzv_timeout_s:g} s (node(s) "
                     f"{', '.join(map(str, nodes))} by NPROC_PER_NODE={self.local_world_size}); "
                     f"{len(posts)} of {self.world_size} joined",
             hint="Start every node within the rendezvous timeout, and read the missing ranks' logs: a rank that "
