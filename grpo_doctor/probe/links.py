@@ -4,7 +4,7 @@ collective's single figure hides.
 Rounds: a ring (every rank sends to rank+1 while receiving from rank-1), and for 4 ranks or
 more a bisection (rank r exchanges with r + n/2). In a round all links carry data at once, and
 each receiver times its own receive, so a slow link delays only its own figure. Each round
-repeats `repeats` times; a link's figure is its median.
+repeats `repeats` times after one untimed warm-up; a link's figure is its median.
 
 Typical use (inside an initialised process group):
     links = measure_links(device, num_bytes=16 * 2**20, repeats=3, op_timeout_s=30)
@@ -45,7 +45,7 @@ def measure_links(device: torch.device, *, num_bytes: int, repeats: int, op_time
         src = next(s for s, d in links if d == rank)
         times = []
         error = None
-        for _ in range(repeats):
+        for attempt in range(repeats + 1):  # the first is a warm-up: the first send on a pair is slower
             _barrier(op_timeout_s, device)
             started = time.perf_counter()
             # One batch: NCCL needs a ring's sends and receives grouped or they deadlock.
@@ -55,7 +55,8 @@ def measure_links(device: torch.device, *, num_bytes: int, repeats: int, op_time
                 works[-1].wait(timeout=timedelta(seconds=op_timeout_s))
                 if device.type == "cuda":
                     torch.cuda.synchronize(device)
-                times.append(time.perf_counter() - started)
+                if attempt:
+                    times.append(time.perf_counter() - started)
                 for work in works[:-1]:
                     work.wait(timeout=timedelta(seconds=op_timeout_s))
             except RuntimeError as exc:

@@ -70,7 +70,7 @@ def node_settings(environ: Mapping[str, str], *, nnodes: int | None, nproc_per_n
                   gpus: int | None, expect: Mapping[str, str], args: Mapping[str, Any]) -> dict[str, Any]:
     settings: dict[str, Any] = {
         "NNODES": nnodes, "NPROC_PER_NODE": nproc_per_node,
-        "WORLD_SIZE": nnodes * nproc_per_node if nnodes and nproc_per_node else environ.get("WORLD_SIZE"),
+        "WORLD_SIZE": environ.get("WORLD_SIZE"),  # as set, never derived: NPROC_PER_NODE already says it
         "MASTER_ADDR": environ.get("MASTER_ADDR"), "MASTER_PORT": environ.get("MASTER_PORT"),
         "GPUs visible": gpus,
     }

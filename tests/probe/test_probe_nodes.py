@@ -40,6 +40,14 @@ def finish(procs: list[subprocess.Popen], timeout_s: float = 240) -> list[tuple[
     return [(p.returncode, *out) for p, out in zip(procs, outs, strict=True)]
 
 
+def report_findings(tmp_path: Path, *nodes: int) -> list[dict]:
+    """`grpo-doctor report` over the nodes' run directories (one per node, as on separate disks)."""
+    cmd = [sys.executable, "-m", "grpo_doctor.cli.main", "report", "--json", *(str(tmp_path / f"run{n}") for n in nodes)]
+    out = subprocess.run(cmd, env=clean_env(), capture_output=True, text=True, timeout=120)
+    assert out.returncode in (0, 1), out.stderr
+    return json.loads(out.stdout)["findings"]
+
+
 def node_report(tmp_path: Path, node: int) -> dict:
     (path,) = (tmp_path / f"run{node}" / "probe").glob(f"node-{node:03d}-node{node}.json")
     return json.loads(path.read_text())
@@ -61,6 +69,9 @@ def test_a_node_with_other_nproc_per_node_or_use_vllm_is_named_in_config_mismatc
     # Unequal nodes still form a job; its collectives ran across all 4 ranks.
     collectives = json.loads((tmp_path / "run0/probe/collectives.json").read_text())
     assert collectives["world_size"] == 4 and set(collectives["hosts"].values()) == {"node0", "node1", "node2"}
+    findings = report_findings(tmp_path, 0, 1, 2)
+    assert {(f["id"], f["hosts"][0], f["evidence"]["source"]) for f in findings} == {
+        ("config-mismatch", "node1", "probe"), ("config-mismatch", "node2", "probe")}
 
 
 def test_a_blocked_master_port_is_named_as_timed_out_within_the_rendezvous_timeout(tmp_path):
@@ -98,6 +109,8 @@ def test_a_node_that_never_starts_is_named_with_its_ranks(tmp_path):
         assert "CRITICAL rendezvous-failure: node(s) 2 never joined within 6 s: rank(s) 4-5 missing" in stdout
         assert "collectives not run" in stdout
     assert node_report(tmp_path, 0)["missing_ranks"] == [4, 5]
+    (finding,) = report_findings(tmp_path, 0, 1)  # both nodes said it; the report says it once
+    assert finding["id"] == "rendezvous-failure" and finding["ranks"] == [4, 5] and finding["evidence"]["nodes"] == [2]
 
 
 def test_a_throttled_node_is_named_as_slow(tmp_path):
@@ -111,3 +124,5 @@ def test_a_throttled_node_is_named_as_slow(tmp_path):
     collectives = json.loads((tmp_path / "run0/probe/collectives.json").read_text())
     slow = [p for p in collectives["problems"] if p["id"] == "straggler"]
     assert slow and slow[0]["hosts"] == ["node2"]
+    (finding,) = report_findings(tmp_path, 0)
+    assert finding["id"] == "straggler" and finding["hosts"] == ["node2"] and finding["severity"] == "warning"

@@ -4,6 +4,9 @@ paths and wait in different collectives; case 3: unequal GPUs per node).
 Compared per host (the first rank's header on each host): NNODES, NPROC_PER_NODE, WORLD_SIZE,
 MASTER_ADDR, MASTER_PORT, every NCCL_* variable, the number of CUDA_VISIBLE_DEVICES and the
 local world size. Evidence keys: `differences` ({setting: {host: value}}; None = not set).
+
+Also every `config-mismatch` problem `grpo-doctor probe` found before training (its
+`probe/` files): evidence keys `source` ("probe"), `probe_file`, `message`, `nodes`.
 """
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from dataclasses import dataclass
 
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.load import Evidence
+from grpo_doctor.analysis.probe_evidence import probe_findings
 
 ID = "config-mismatch"
 
@@ -32,6 +36,7 @@ class Config:
 
 
 def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
+    yield from probe_findings(run.probe, ID)
     per_host: dict[str, dict[str, object]] = {}
     ranks_of: dict[str, list[int]] = {}
     for rank, header in run.headers.items():

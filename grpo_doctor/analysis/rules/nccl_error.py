@@ -13,6 +13,9 @@ Evidence keys: `error_kind`, `error_codes` (ncclXxxError names), `details` (NCCL
 `messages` (Last error / WARN messages, distinct, at most `Config.max_messages`), `addresses`
 (peers as "address<port>"), `peers` (their host part), `bad_interface` (bool), `cuda_errors`,
 `nccl_versions`, `pids` (NCCL's own host:pid header), `num_reports`, `sources` (log files).
+
+Also every `nccl-error` problem `grpo-doctor probe` found before training (its
+`probe/` files): evidence keys `source` ("probe"), `probe_file`, `message`, `nodes`.
 """
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ from typing import Any
 
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.load import Evidence
+from grpo_doctor.analysis.probe_evidence import probe_findings
 from grpo_doctor.logs.kinds import CHILD_FAILED, NCCL_ERROR, NCCL_WARN
 from grpo_doctor.rankset import format_ranks
 
@@ -91,6 +95,7 @@ class Config:
 
 
 def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
+    yield from probe_findings(run.probe, ID)
     rank_of_pid = _rank_of_pid(run)
     groups: dict[str, list[dict[str, Any]]] = {}
     for row in run.signature_rows:

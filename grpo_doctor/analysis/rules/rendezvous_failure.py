@@ -11,6 +11,9 @@ Evidence keys: `cause`, `error_type` (the first report's, see logs.kinds), `erro
 `host` / `port` (the store's address as the message prints it, not the reporting node),
 `errno`, `reason` (the first socket error), `errnos` (all), `timeout_s` (longest wait stated),
 `joined`, `expected` (clients that joined the store / were expected), `num_reports`, `sources`.
+
+Also every `rendezvous-failure` problem `grpo-doctor probe` found before training (its
+`probe/` files): evidence keys `source` ("probe"), `probe_file`, `message`, `nodes`.
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ from typing import Any
 
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.load import Evidence
+from grpo_doctor.analysis.probe_evidence import probe_findings
 from grpo_doctor.logs.kinds import RENDEZVOUS_FAILURE
 from grpo_doctor.rankset import format_ranks
 
@@ -56,6 +60,7 @@ class Config:
 
 
 def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
+    yield from probe_findings(run.probe, ID)
     groups: dict[tuple, list[dict[str, Any]]] = {}
     last_key: dict[tuple[str, str], tuple] = {}  # (source, cause) -> the group its last report named
     for row in run.signature_rows:

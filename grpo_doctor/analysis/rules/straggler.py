@@ -3,6 +3,9 @@
 For each phase path, every rank's median duration is compared with the median over all ranks;
 a rank is a straggler in that phase when it is both `ratio` times slower and `min_excess_s`
 slower. Evidence keys: `phases` ({path: {"rank_median_s", "all_median_s", "ratio", "num_samples"}}).
+
+Also every `straggler` problem `grpo-doctor probe` found before training (its
+`probe/` files): evidence keys `source` ("probe"), `probe_file`, `message`, `nodes`.
 """
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ from dataclasses import dataclass
 
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.load import Evidence
+from grpo_doctor.analysis.probe_evidence import probe_findings
 
 ID = "straggler"
 
@@ -33,6 +37,7 @@ class Config:
 
 
 def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
+    yield from probe_findings(run.probe, ID)
     done = run.phases.dropna(subset=["duration_s"])
     if done.empty:
         return

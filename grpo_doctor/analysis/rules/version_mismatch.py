@@ -2,6 +2,9 @@
 
 Compared per host (the first rank's header on each host): python, torch, deepspeed, vllm,
 transformers, trl, nccl, cuda, cuda_driver. Evidence keys: `differences` ({library: {host: version}}).
+
+Also every `version-mismatch` problem `grpo-doctor probe` found before training (its
+`probe/` files): evidence keys `source` ("probe"), `probe_file`, `message`, `nodes`.
 """
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ from dataclasses import dataclass
 
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.load import Evidence
+from grpo_doctor.analysis.probe_evidence import probe_findings
 
 ID = "version-mismatch"
 
@@ -27,6 +31,7 @@ class Config:
 
 
 def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
+    yield from probe_findings(run.probe, ID)
     per_host: dict[str, dict[str, str | None]] = {}
     for header in run.headers.values():
         per_host.setdefault(header.host, dict(header.versions or {}))
