@@ -61,6 +61,11 @@ def run(args: argparse.Namespace) -> int:
 
     spec = _node_spec(args, os.environ, NodeSpec)
     try:
+        import torch.distributed  # noqa: F401 - the rendezvous store and the collectives are torch's
+    except ImportError as exc:
+        raise UserError(f"grpo-doctor probe needs torch ({exc})",
+                        "pip install 'grpo-doctor[train]' (or torch) on every node") from None
+    try:
         opts = options_from_args(args, os.environ)
     except SettingsError as exc:
         raise UserError(str(exc), "see grpo-doctor probe --help") from exc
