@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from grpo_doctor.cli.errors import UserError
@@ -59,6 +60,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from grpo_doctor.probe.node import NodeSpec, blocks_collectives, run_node_checks
 
+    started_mono = time.monotonic()
     spec = _node_spec(args, os.environ, NodeSpec)
     try:
         import torch.distributed  # noqa: F401 - the rendezvous store and the collectives are torch's
@@ -66,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"grpo-doctor probe needs torch ({exc})",
                         "pip install 'grpo-doctor[train]' (or torch) on every node") from None
     try:
-        opts = options_from_args(args, os.environ)
+        opts = options_from_args(args, os.environ, started_mono=started_mono)
     except SettingsError as exc:
         raise UserError(str(exc), "see grpo-doctor probe --help") from exc
     out = sys.stderr if args.json else sys.stdout

@@ -42,16 +42,17 @@ def bus_factor(op: str, world_size: int) -> float:
     return 1.0
 
 
-def launch(op: str, send: torch.Tensor, recv: torch.Tensor) -> Any:
-    """Start one collective asynchronously; `send` and `recv` are laid out for that op."""
+def launch(op: str, send: torch.Tensor, recv: torch.Tensor, async_op: bool = True) -> Any:
+    """Start one collective (a Work to wait on), or run it with async_op=False; `send` and `recv`
+    are laid out for that op."""
     if op == "all_reduce":
-        return dist.all_reduce(send, async_op=True)
+        return dist.all_reduce(send, async_op=async_op)
     if op == "all_gather":
-        return _all_gather_tensor(recv, send, async_op=True)
+        return _all_gather_tensor(recv, send, async_op=async_op)
     if op == "broadcast":
-        return dist.broadcast(send, src=0, async_op=True)
+        return dist.broadcast(send, src=0, async_op=async_op)
     if op == "reduce_scatter":
-        return _reduce_scatter_tensor(recv, send, async_op=True)
+        return _reduce_scatter_tensor(recv, send, async_op=async_op)
     raise ValueError(f"unknown collective {op!r}; one of {', '.join(OPS)}")
 
 
@@ -139,12 +140,23 @@ def sweep_sizes(device: torch.device, sizes_bytes: list[int], *, iters: int, war
 
 def _run_all(op: str, send: torch.Tensor, recv: torch.Tensor, count: int, timeout_s: float,
              device: torch.device) -> None:
-    """count calls back to back, then wait for each: gloo runs queued calls on several threads,
-    so the last one finishing does not mean the others have."""
-    works = [launch(op, send, recv) for _ in range(count)]
-    for work in works:
-        wait(work, op, timeout_s)
-    _sync(device)
+    """count calls, one after another as a training step makes them. On GPUs they queue on one
+    stream, which runs them in order (as nccl-tests does); gloo would run queued calls on
+    several threads at once and overstate the bandwidth, so each call is waited for first."""
+    if device.type == "cuda":
+        works = [launch(op, send, recv) for _ in range(count)]
+        for work in works:
+            wait(work, op, timeout_s)
+        _sync(device)
+        return
+    # Plain blocking calls: the process group's own timeout (set to the probe's op timeout) bounds
+    # each, and a Work object plus a wait per call would cost small sizes ~10 %.
+    try:
+        for _ in range(count):
+            launch(op, send, recv, async_op=False)
+    except RuntimeError as exc:
+        raise CollectiveTimeout(f"{op} failed or did not finish within {timeout_s:g} s "
+                                f"({str(exc).splitlines()[0]})") from exc
 
 
 def _sync(device: torch.device) -> None:

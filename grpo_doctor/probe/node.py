@@ -45,7 +45,7 @@ class NodeSpec:
 
 
 def run_node_checks(spec: NodeSpec, opts: ProbeOptions, say: Callable[[str], None]) -> NodeReport:
-    started = time.monotonic()
+    started = opts.started_mono
     deadline = started + opts.rdzv_timeout_s
     host = socket.gethostname()
     nvml = Nvml()

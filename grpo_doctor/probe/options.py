@@ -40,6 +40,9 @@ class ProbeOptions:
     backend: str = "auto"
     expect: dict[str, str] = field(default_factory=dict)
     args: dict[str, Any] = field(default_factory=dict)
+    # When the probe started (time.monotonic()): the rendezvous timeout counts from here, so
+    # start-up (importing torch on a busy node) is inside it, not added to it.
+    started_mono: float = field(default_factory=time.monotonic)
 
 
 def add_measure_arguments(p: argparse.ArgumentParser) -> None:
@@ -66,7 +69,9 @@ def add_measure_arguments(p: argparse.ArgumentParser) -> None:
                    help="an ms-swift args.json or TRL/accelerate YAML config whose fields must agree across nodes")
 
 
-def options_from_args(args: argparse.Namespace, environ: Mapping[str, str], *, cuda: bool | None = None) -> ProbeOptions:
+def options_from_args(args: argparse.Namespace, environ: Mapping[str, str], *, cuda: bool | None = None,
+                      started_mono: float | None = None) -> ProbeOptions:
+    started_mono = time.monotonic() if started_mono is None else started_mono
     if cuda is None:
         import torch
 
@@ -85,6 +90,7 @@ def options_from_args(args: argparse.Namespace, environ: Mapping[str, str], *, c
         p2p_bytes=parse_sizes(args.p2p_size or ("64M" if cuda else "4M"), "--p2p-size")[0],
         repeats=args.repeats, slow_ratio=args.slow_ratio, backend=args.backend,
         expect=parse_expect(args.expect), args=read_args_file(args.args_file) if args.args_file else {},
+        started_mono=started_mono,
     )
 
 

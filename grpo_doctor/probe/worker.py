@@ -35,6 +35,7 @@ REQUIRED_ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
 def main(argv: list[str] | None = None) -> int:
+    started_mono = time.monotonic()
     parser = argparse.ArgumentParser(prog="python -m grpo_doctor.probe",
                                      description="grpo-doctor probe, one rank (start it with torchrun)")
     add_measure_arguments(parser)
@@ -46,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
               "`grpo-doctor probe --nproc-per-node N` on every node", file=sys.stderr)
         return 2
     try:
-        opts = options_from_args(args, os.environ)
+        opts = options_from_args(args, os.environ, started_mono=started_mono)
     except SettingsError as exc:
         print(f"grpo-doctor probe: error: {exc}", file=sys.stderr)
         return 2
@@ -133,7 +134,8 @@ class RankProbe:
         self.is_server = self.rank == 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True"
         try:
             return dist.TCPStore(addr, port, self.world_size if self.is_server else None, self.is_server,
-                                 timeout=timedelta(seconds=self.opts.rdzv_timeout_s), wait_for_workers=False)
+                                 timeout=timedelta(seconds=max(1.0, self._rdzv_deadline() - time.monotonic())),
+                                 wait_for_workers=False)
         except Exception as exc:  # noqa: BLE001 - DistNetworkError, DistStoreError, TimeoutError
             print(f"grpo-doctor probe: rank {self.rank} ({self.host}) cannot reach the store at {addr}:{port} "
                   f"within {self.opts.rdzv_timeout_s:g} s: {str(exc).splitlines()[0]}\n"
@@ -156,13 +158,16 @@ class RankProbe:
         payload = {"host": self.host, "node_rank": self.node_rank, "settings": settings,
                    "versions": collect_versions(nvml)}
         got = gather_over_store(store, f"{PREFIX}/rank", me=self.rank, expected=range(self.world_size),
-                                payload=payload, deadline_mono=time.monotonic() + self.opts.rdzv_timeout_s)
+                                payload=payload, deadline_mono=self._rdzv_deadline())
         posts = got.first()
         if got.missing:
             self._report_missing(got.missing, posts)
             return None
         return ({r: p["host"] for r, p in posts.items()}, {r: p["settings"] for r, p in posts.items()},
                 {r: p["versions"] for r, p in posts.items()})
+
+    def _rdzv_deadline(self) -> float:
+        return self.opts.started_mono + self.opts.rdzv_timeout_s
 
     def _report_missing(self, missing: list[int], posts: dict[int, dict]) -> None:
         nodes = sorted({r // self.local_world_size for r in missing})
