@@ -67,14 +67,14 @@ def test_plain_torchrun_of_the_probe_module_works_too(tmp_path):
 @pytest.mark.distributed
 def test_a_rank_that_never_starts_is_named_when_the_rendezvous_times_out(tmp_path):
     port = free_port()
-    procs = [subprocess.Popen([sys.executable, "-m", "grpo_doctor.probe", "--run-dir", "run", "--rdzv-timeout", "5"],
+    procs = [subprocess.Popen([sys.executable, "-m", "grpo_doctor.probe", "--run-dir", "run", "--rdzv-timeout", "15"],
                               env=clean_env(RANK=str(r), WORLD_SIZE="3", LOCAL_RANK=str(r), LOCAL_WORLD_SIZE="1",
                                             MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)),
                               cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for r in (0, 1)]  # rank 2 of 3 is never started
     outs = [p.communicate(timeout=60) for p in procs]
     assert [p.returncode for p in procs] == [1, 1], outs
-    assert "rank(s) 2 never joined within 5 s (node(s) 2 by NPROC_PER_NODE=1); 2 of 3 joined" in outs[0][0]
+    assert "rank(s) 2 never joined within 15 s (node(s) 2 by NPROC_PER_NODE=1); 2 of 3 joined" in outs[0][0]
     results = json.loads((tmp_path / "run/probe/collectives.json").read_text())
     assert results["missing_ranks"] == [2] and results["problems"][0]["id"] == "rendezvous-failure"
 

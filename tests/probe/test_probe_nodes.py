@@ -55,9 +55,12 @@ def node_report(tmp_path: Path, node: int) -> dict:
 
 def test_a_node_with_other_nproc_per_node_or_use_vllm_is_named_in_config_mismatch(tmp_path):
     with NetnsCluster(3) as cluster:
-        procs = [start_node(cluster, 0, tmp_path, "--expect", "use_vllm=true"),
-                 start_node(cluster, 1, tmp_path, "--expect", "use_vllm=true", nproc=2),
-                 start_node(cluster, 2, tmp_path, "--expect", "use_vllm=false")]
+        # Four ranks on this 2-core VM time their links with millisecond jitter: only a link 10x
+        # slower counts here, so that the findings are about the settings alone.
+        extra = ("--slow-ratio", "0.1")
+        procs = [start_node(cluster, 0, tmp_path, "--expect", "use_vllm=true", *extra),
+                 start_node(cluster, 1, tmp_path, "--expect", "use_vllm=true", *extra, nproc=2),
+                 start_node(cluster, 2, tmp_path, "--expect", "use_vllm=false", *extra)]
         results = finish(procs)
     assert [r[0] for r in results] == [1, 1, 1], results
     stdout = results[0][1]
@@ -102,11 +105,11 @@ def test_a_wrong_master_addr_is_named_from_the_node_that_uses_it(tmp_path):
 
 def test_a_node_that_never_starts_is_named_with_its_ranks(tmp_path):
     with NetnsCluster(3) as cluster:
-        procs = [start_node(cluster, n, tmp_path, nproc=2, rdzv_timeout_s=6) for n in (0, 1)]  # node 2 never starts
+        procs = [start_node(cluster, n, tmp_path, nproc=2, rdzv_timeout_s=15) for n in (0, 1)]  # node 2 never starts
         results = finish(procs)
     assert [r[0] for r in results] == [1, 1], results
     for _, stdout, _ in results:
-        assert "CRITICAL rendezvous-failure: node(s) 2 never joined within 6 s: rank(s) 4-5 missing" in stdout
+        assert "CRITICAL rendezvous-failure: node(s) 2 never joined within 15 s: rank(s) 4-5 missing" in stdout
         assert "collectives not run" in stdout
     assert node_report(tmp_path, 0)["missing_ranks"] == [4, 5]
     (finding,) = report_findings(tmp_path, 0, 1)  # both nodes said it; the report says it once
