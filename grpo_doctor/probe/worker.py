@@ -87,7 +87,7 @@ class RankProbe:
         store = self._store(dist)
         if store is None:
             return 1
-        joined = self._rank_rendezvous(store, torch)
+        joined = self._rank_rendezvous(store)
         if joined is None:
             return 1
         host_of, settings, versions = joined
@@ -95,8 +95,14 @@ class RankProbe:
         self.say(f"grpo-doctor probe: {self.world_size} ranks on {len(set(host_of.values()))} node(s), "
                  f"backend {backend}, every rank joined")
         mine = self._measure(dist, store, device, backend)
-        results = gather_over_store(store, f"{PREFIX}/results", me=self.rank, expected=range(self.world_size),
-                                    payload=mine, deadline_mono=time.monotonic() + self.opts.op_timeout_s * 2)
+        try:
+            results = gather_over_store(store, f"{PREFIX}/results", me=self.rank, expected=range(self.world_size),
+                                        payload=mine, deadline_mono=time.monotonic() + self.opts.op_timeout_s * 2)
+        except Exception as exc:  # noqa: BLE001 - the store's server (rank 0 or torchrun's agent) is gone
+            print(f"grpo-doctor probe: rank {self.rank} ({self.host}) lost the store while gathering results: "
+                  f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__} (did rank 0 or its node die?)",
+                  file=sys.stderr, flush=True)
+            return 1
         per_rank = results.first()
         found, summary = collective_problems(per_rank, host_of, self.opts.slow_ratio)
         if results.missing:
@@ -143,7 +149,7 @@ class RankProbe:
                   "--nproc-per-node N` on every node names the cause)", file=sys.stderr, flush=True)
             return None
 
-    def _rank_rendezvous(self, store: Any, torch: Any) -> tuple[dict, dict, dict] | None:
+    def _rank_rendezvous(self, store: Any) -> tuple[dict, dict, dict] | None:
         from grpo_doctor.probe.preflight import gpus_visible
         from grpo_doctor.rank.environment import collect_versions
         from grpo_doctor.rank.nvml import Nvml
