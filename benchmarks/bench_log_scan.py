@@ -1,11 +1,13 @@
-"""Throughput of the live log scanner (`grpo_doctor.logs.signatures.LineScanner.feed`) on a
-realistic mixed GRPO training log, side by side with the floor: a plain `for line in f: pass`.
-Target (issue 4): raw logs through the signature parsers (`scan_file`) at 100 MB/s or more.
+"""Throughput of the log scanners on a realistic mixed GRPO training log, side by side with the
+floor: a plain `for line in f: pass`. Target (issue 4): raw logs through the signature parsers
+(`scan_file`) at 100 MB/s or more.
 
-`grpo-doctor watch` feeds every line of a job's output to the scanner, so its cost per line is
-what matters; most lines hold no failure and must cost only the keyword pre-check. The log mixes
-rank-prefixed metric dicts, tqdm bars, vLLM engine stats (which do hold a keyword), NCCL INFO
-lines (NCCL_DEBUG=INFO, keyword too), DeepSpeed INFO lines, and a few real failures.
+`grpo-doctor watch` feeds every line of a job's output to `LineScanner.feed`, so its cost per
+line is what matters there; most lines hold no failure and must cost only the keyword pre-check
+(`is_hot`). `scan_file` reads a file in chunks of raw bytes and searches the keywords in a whole
+chunk at once (`chunk_keywords.KeywordHits`), decoding and feeding only the lines from a hit on.
+The log mixes rank-prefixed metric dicts, tqdm bars, vLLM engine stats, NCCL INFO lines
+(NCCL_DEBUG=INFO), DeepSpeed INFO lines, warnings, and a few real failures.
 
 Typical use:
     python benchmarks/bench_log_scan.py [--lines 400000]
@@ -18,8 +20,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from grpo_doctor.logs.chunk_keywords import KeywordHits
 from grpo_doctor.logs.detectors import is_hot
-from grpo_doctor.logs.lines import iter_lines
+from grpo_doctor.logs.lines import iter_chunks, iter_lines
 from grpo_doctor.logs.prefixes import split_prefix_tuple
 from grpo_doctor.logs.signatures import LineScanner, scan_file
 
@@ -94,6 +97,16 @@ def main() -> None:
             for _line in iter_lines(path):
                 pass
 
+        def chunk_reader():
+            for _chunk in iter_chunks(path):
+                pass
+
+        def chunk_keywords():  # scan_file's pre-check: every keyword hit in every chunk
+            for chunk in iter_chunks(path):
+                hits, pos = KeywordHits(chunk), 0
+                while (pos := hits.next_from(pos) + 1) <= len(chunk):
+                    pass
+
         def prefixes_only():
             for line in lines:
                 split_prefix_tuple(line)
@@ -110,8 +123,9 @@ def main() -> None:
             scanner.close()
 
         cases = [("for line in f: pass (floor)", plain_loop), ("lines.iter_lines (bounded reader)", bounded_reader),
+                 ("lines.iter_chunks (chunk reader)", chunk_reader),
                  ("split_prefix_tuple on every line", prefixes_only), ("is_hot on every line", keywords_only),
-                 ("LineScanner.feed (in memory)", scanner_feed),
+                 ("KeywordHits on every chunk", chunk_keywords), ("LineScanner.feed (in memory)", scanner_feed),
                  ("scan_file (read + scan)", lambda: scan_file(path))]
         floor = None
         print(f"{args.lines} lines, {size_mb:.1f} MB, {len(scan_file(path))} signatures")

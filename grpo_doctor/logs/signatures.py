@@ -41,7 +41,7 @@ from grpo_doctor.logs.kinds import (
     PYTHON_TRACEBACK,
     complete_fields,
 )
-from grpo_doctor.logs.lines import CHUNK_BYTES, MAX_LINE_BYTES, iter_chunks, line_at
+from grpo_doctor.logs.lines import CHUNK_BYTES, iter_chunks, line_at
 from grpo_doctor.logs.prefixes import split_prefix_tuple
 from grpo_doctor.logs.pytraceback import CONSUMED, FINISHED, FRAME, HEADER, TracebackState, parse_collapsed
 
@@ -109,7 +109,7 @@ class LineScanner:
             self._expire(out)
         return out
 
-    def feed_chunk(self, chunk: bytes, out: list[Signature], max_line_bytes: int = MAX_LINE_BYTES) -> None:
+    def feed_chunk(self, chunk: bytes, out: list[Signature]) -> None:
         """`feed` for every line of `chunk` (whole lines of a file, see `lines.iter_chunks`),
         appending to `out`. While nothing is open, a line without a keyword only moves the line
         count on, so the keywords are searched in the chunk's bytes (see `chunk_keywords`) and
@@ -125,7 +125,7 @@ class LineScanner:
                 line_start = max(pos, chunk.rfind(b"\n", pos, hit) + 1)
                 self._index += chunk.count(b"\n", pos, line_start)
                 pos = line_start
-            line, pos = line_at(chunk, pos, max_line_bytes)
+            line, pos = line_at(chunk, pos)
             out.extend(self.feed(line))
 
     def close(self) -> list[Signature]:
