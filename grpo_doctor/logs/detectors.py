@@ -38,6 +38,7 @@ KEYWORDS = (
     "NCCL WARN", "NCCL error",
     "Traceback", 'File "',  # a traceback, or a paste that starts inside one
     "ocket", "joined", "endezvous",  # c10d sockets, DistStoreError's clients, torchrun's rendezvous
+    "TCP client", "DistNetworkError", "DistStoreError",  # TCPStore's retries; store errors without a socket word
     "exitcode", "      : ", "Root Cause",  # torchrun's agent line, ChildFailedError fields and root cause
     "Killed process",  # older kernels put the OOM killer's numbers on their own line
     *vllm.KEYWORDS,

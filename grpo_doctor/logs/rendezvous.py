@@ -19,7 +19,7 @@ from typing import Any
 from grpo_doctor.logs.units import duration_s
 
 # One of these is in every line `parse_rendezvous` reads.
-KEYWORDS = ("ocket", "joined", "endezvous", "Dist")
+KEYWORDS = ("ocket", "joined", "endezvous", "Dist", "TCP client")
 _EXCEPTIONS = ("DistStoreError", "DistNetworkError", "RendezvousConnectionError", "RendezvousTimeoutError")
 
 _CONNECT = re.compile(

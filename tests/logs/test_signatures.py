@@ -177,6 +177,15 @@ def test_rendezvous_failures_say_what_failed_and_where():
     assert (sigs[7].fields["joined"], sigs[7].fields["expected"], sigs[7].fields["timeout_s"]) == (1, 2, 901.0)
 
 
+def test_store_failures_without_a_socket_word_are_found_too(tmp_path):
+    log = tmp_path / "node1.log"
+    log.write_text("[E1121 10:00:00.000000 TCPStore.cpp:359] [c10d] TCP client failed to connect/validate to host "
+                   "10.0.0.1:29500 - retrying (try=0, timeout=1800000ms, delay=1000ms): Connection refused\n"
+                   "torch.distributed.DistNetworkError: Connection reset by peer\n")
+    got = [(s.line_number, s.fields["error_type"], s.fields["host"], s.fields["port"]) for s in scan_file(log)]
+    assert got == [(1, "client-connect-failed", "10.0.0.1", 29500), (2, "DistNetworkError", None, None)]
+
+
 def test_host_oom_from_the_kernel_and_from_ray():
     kernel, cgroup, ray, wrapped = _scan("host_oom.log")
     assert kernel.fields == {**{k: None for k in FIELDS["host-oom"]}, "source": "kernel", "pid": 40417,
