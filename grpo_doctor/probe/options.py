@@ -76,6 +76,9 @@ def options_from_args(args: argparse.Namespace, environ: Mapping[str, str], *, c
         import torch
 
         cuda = torch.cuda.is_available() and args.backend != "gloo"
+        if args.backend == "nccl" and not cuda:
+            raise SettingsError("--backend nccl: CUDA is not available here (no GPU, or a CPU build of torch); "
+                                "use --backend gloo or auto")
     for name in ("rdzv_timeout", "op_timeout", "slow_ratio"):
         if getattr(args, name) <= 0:
             raise SettingsError(f"--{name.replace('_', '-')} {getattr(args, name)}: must be above 0")
