@@ -10,7 +10,10 @@ every case runs in the same invocation and the table gives ratios to the parse f
       if installed, else json); the stdlib json parse is shown beside it for reference.
 Each case runs in its own child process, which reports its own peak RSS (ru_maxrss) and CPU time,
 so neither the generator nor another case counts in a case's memory; CPU time is shown beside wall
-time because other jobs' turns on the shared cores inflate the wall time.
+time because other jobs' turns on the shared cores inflate the wall time. The load reads rank files
+in worker processes: their CPU time is counted in the case's, and the largest worker's peak RSS is
+shown beside the case's own (as many workers as CPUs run at once). The load average is printed
+before and after the cases.
 
 The synthetic run is what the reference trainer writes with vLLM rollouts (weight-sync, rollout,
 reward, ref-logprob, forward, backward, optimizer-step, then a GPU memory snapshot and a step
@@ -22,7 +25,6 @@ Typical use:
     python benchmarks/bench_report.py [--ranks 64] [--steps 2000] [--repeat 1]
     git archive REV grpo_doctor | tar -x -C /tmp/base      # an older version, side by side:
     python benchmarks/bench_report.py --baseline /tmp/base
-    pip install orjson   # optional: the parse floor uses it when importable (not a dependency)
 """
 from __future__ import annotations
 
@@ -246,10 +248,12 @@ def child_main(case: str, run_dir: Path, out_dir: Path) -> None:
     else:
         result = child_parse(run_dir, case.removeprefix("parse-"))
     result["code"] = str(Path(sys.modules["grpo_doctor"].__file__).parent) if "grpo_doctor" in sys.modules else None
-    usage = resource.getrusage(resource.RUSAGE_SELF)
+    usage, workers = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     result["peak_rss_bytes"] = usage.ru_maxrss * 1024  # Linux reports KiB
-    # The child's whole CPU time, imports included: on a busy shared machine wall time also counts waiting.
-    result["cpu_seconds"] = usage.ru_utime + usage.ru_stime
+    result["worker_peak_rss_bytes"] = workers.ru_maxrss * 1024  # the largest of the load's worker processes
+    # The child's whole CPU time, imports and worker processes included: on a busy shared machine
+    # wall time also counts waiting.
+    result["cpu_seconds"] = usage.ru_utime + usage.ru_stime + workers.ru_utime + workers.ru_stime
     print(json.dumps(result))
 
 
@@ -290,6 +294,7 @@ def main() -> None:
         cases += [("report-base", "(a) write_report, baseline", "report", args.baseline),
                   ("load-base", "(b) load_evidence, baseline", "load", args.baseline)]
     best: dict[str, dict] = {}
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as out:
         for _ in range(args.repeat):
             # Interleaved rounds: a slow spell on the shared machine hits every case alike.
@@ -300,17 +305,19 @@ def main() -> None:
     floor, floor_cpu = best["parse"]["seconds"], best["parse"]["cpu_seconds"]
     report = best["report"]
     print(f"{args.ranks} ranks x {args.steps} steps: {len(files)} files, {size_mb:.0f} MB, "
-          f"{best['parse']['records']:,} records; {os.cpu_count()} CPUs; best of {args.repeat}")
+          f"{best['parse']['records']:,} records; {os.cpu_count()} CPUs; best of {args.repeat}; load average "
+          f"{' / '.join(f'{x:.1f}' for x in load_before)} before, {' / '.join(f'{x:.1f}' for x in os.getloadavg())} after")
     print(f"findings: {', '.join(report['findings']) or 'none'}; report.html {report['html_bytes'] / 1e6:.1f} MB")
     # CPU s is the child's whole CPU time (interpreter and imports included); wall s is the case itself.
-    print(f"{'case':<42} {'wall s':>7} {'CPU s':>7} {'peak RSS GB':>12} {'x parse (wall)':>15} {'x parse (CPU)':>14}")
+    print(f"{'case':<42} {'wall s':>7} {'CPU s':>7} {'peak RSS GB':>12} {'worker GB':>10} {'x parse (wall)':>15} "
+          f"{'x parse (CPU)':>14}")
     for key, label, _case, _code in cases:
         r = best[key]
         print(f"{label:<42} {r['seconds']:>7.2f} {r['cpu_seconds']:>7.2f} {r['peak_rss_bytes'] / 1e9:>12.2f} "
-              f"{r['seconds'] / floor:>15.1f} {r['cpu_seconds'] / floor_cpu:>14.1f}")
+              f"{r['worker_peak_rss_bytes'] / 1e9:>10.2f} {r['seconds'] / floor:>15.1f} {r['cpu_seconds'] / floor_cpu:>14.1f}")
         for part, seconds in r.get("parts", {}).items():
             part_label = f"      {part}" + (" (within render)" if part == "plots" else "")
-            print(f"{part_label:<42} {seconds:>7.2f} {'':>7} {'':>12} {seconds / floor:>15.1f}")
+            print(f"{part_label:<42} {seconds:>7.2f} {'':>7} {'':>12} {'':>10} {seconds / floor:>15.1f}")
     if args.baseline:
         print(f"baseline: grpo_doctor from {best['report-base']['code']}; this checkout's from {report['code']}")
     print(f"targets: report <= 20 s ({report['seconds']:.1f} s wall, {report['cpu_seconds']:.1f} s CPU), "

@@ -39,17 +39,17 @@ from grpo_doctor.schema import (
 )
 
 try:  # a dependency, yet optional here: without it lines go through the stdlib json (3x slower)
-    from orjson import loads as _orjson_loads
+    from orjson import loads as orjson_loads
 except ImportError:  # pragma: no cover - orjson has wheels for every platform we support
-    _orjson_loads = None
+    orjson_loads = None
 
 RANK_FILE_PATTERN = re.compile(r"rank-(\d+)\.jsonl$")
 # A line longer than this is garbage (a record is a few KiB at most); reading stops holding it.
 MAX_LINE_BYTES = 16 * 1024 * 1024
-READ_BLOCK_BYTES = 1024 * 1024
-# orjson reads an integer beyond 64 bits as a float, json as an int: a block with a run of 19 digits
-# (the shortest such integer) is decoded by json alone. The run is found on a digits-only copy.
-_DIGITS_ONLY = bytes(48 if 48 <= c <= 57 else 32 for c in range(256))  # every digit a "0"
+READ_BLOCK_BYTES = 256 * 1024
+# orjson reads an integer beyond 64 bits as a float, json as an int: a line with a run of 19 digits
+# (the shortest such integer) not after a decimal point is decoded by json alone.
+_DIGITS_AND_POINTS = bytes(48 if 48 <= c <= 57 else c if c == 46 else 32 for c in range(256))  # digits "0"
 _LONG_DIGIT_RUN = b"0" * 19
 
 
@@ -284,9 +284,9 @@ def read_rank_file(path: str | Path) -> RankLog:
     match = RANK_FILE_PATTERN.search(path.name)
     log = RankLog(rank=int(match.group(1)) if match else -1, path=path)
     records, pids = log.records, log.pids
-    for line_number, line, complete, exact in lines_of(path):
+    for line_number, line, complete in lines_of(path):
         try:
-            record = record_from_dict(decode_line(line, exact))
+            record = record_from_dict(decode_line(line))
             if isinstance(record, Record):
                 pids.add(record.pid)  # inside: a pid that is a JSON array makes a bad line, not a crash
         except (ValueError, TypeError, BadRecord):
@@ -304,23 +304,27 @@ def read_rank_file(path: str | Path) -> RankLog:
 _scan_json = json.JSONDecoder().scan_once  # the C scanner json.loads ends in, without its per-call checks
 
 
-def decode_line(line: bytes, exact: bool = False):
-    """`json.loads(line)`: by orjson (3x faster) where it gives the same value, else by json.
+def decode_line(line: bytes):
+    """`json.loads(line)`: by orjson (3x faster) where it gives the same value, else by json."""
+    return decode_line_fast(line) if not may_hold_long_int(line) else json_loads_line(line)
+
+
+def decode_line_fast(line: bytes):
+    """`decode_line` but for an integer beyond 64 bits, which comes back a float.
 
     orjson refuses what json accepts beyond the standard (NaN and Infinity, which the sink writes
     for a diverged loss; lone surrogates; a BOM), so a line it refuses is json's to judge, and errors
-    (what counts as a bad line) stay json's own. `exact`: the line may hold an integer beyond 64
-    bits, which orjson would read as a float (see `lines_of`).
+    (what counts as a bad line) stay json's own.
     """
-    if _orjson_loads is not None and not exact:
+    if orjson_loads is not None:
         try:
-            return _orjson_loads(line)
+            return orjson_loads(line)
         except ValueError:
             pass
-    return _json_loads_line(line)
+    return json_loads_line(line)
 
 
-def _json_loads_line(line: bytes):
+def json_loads_line(line: bytes):
     """`json.loads(line)`, a third faster for lines as the sink writes them (UTF-8, starting `{"`).
 
     json.loads on bytes first guesses the encoding (always UTF-8 for a line starting `{"`) and
@@ -339,34 +343,30 @@ def _json_loads_line(line: bytes):
     return json.loads(line)
 
 
-def lines_of(path: Path) -> Iterator[tuple[int, bytes, bool, bool]]:
-    """(line number, bytes without the newline, ended with a newline, may hold an integer beyond 64
-    bits) for every line that is not blank, in bounded memory, over lines of any length.
-
-    Read in blocks of a MiB (a readline call per line is a tenth of the load); the digit runs are
-    looked for once per block, and are rare enough (a 64-bit hash is hex) that a whole block with
-    one is decoded exactly. A line of MAX_LINE_BYTES or more is yielded empty: one bad line.
+def lines_of(path: Path) -> Iterator[tuple[int, bytes, bool]]:
+    """(line number, bytes without the newline, ended with a newline) for every line that is not
+    blank, in bounded memory, over lines of any length; a line of MAX_LINE_BYTES or more is
+    yielded empty, one bad line. Read in blocks and split: in the loader's worker processes that
+    costs 15 % less CPU than a readline per line.
     """
     with path.open("rb") as f:
         number, tail = 0, b""
         while block := f.read(READ_BLOCK_BYTES):
-            chunk = tail + block if tail else block
-            exact = _LONG_DIGIT_RUN in chunk.translate(_DIGITS_ONLY)
-            lines = chunk.split(b"\n")
+            lines = (tail + block if tail else block).split(b"\n")
             tail = lines.pop()  # the line the next block finishes (b"" after a newline)
             for line in lines:
                 number += 1
                 if len(line) >= MAX_LINE_BYTES:
-                    yield number, b"", True, False
+                    yield number, b"", True
                 # isspace, not strip: the same answer for a non-empty line without copying it.
                 elif line and not line.isspace():
-                    yield number, line, True, exact
+                    yield number, line, True
             if len(tail) >= MAX_LINE_BYTES:
                 number += 1
                 tail = _skip_past_newline(f)
-                yield number, b"", True, False
+                yield number, b"", True
         if tail and not tail.isspace():  # the process died while writing its last line
-            yield number + 1, tail, False, _LONG_DIGIT_RUN in tail.translate(_DIGITS_ONLY)
+            yield number + 1, tail, False
 
 
 def _skip_past_newline(f) -> bytes:
@@ -376,6 +376,17 @@ def _skip_past_newline(f) -> bytes:
         if newline >= 0:
             return block[newline + 1:]
     return b""
+
+
+def may_hold_long_int(text: bytes) -> bool:
+    """Whether `text` has a run of 19 digits that is no fraction (0.0007131951411119577 has one)."""
+    marked = text.translate(_DIGITS_AND_POINTS)
+    start = marked.find(_LONG_DIGIT_RUN)
+    while start >= 0:
+        if start == 0 or marked[start - 1] != 46:  # not after ".": an integer, or digits in a string
+            return True
+        start = marked.find(_LONG_DIGIT_RUN, start + len(_LONG_DIGIT_RUN))
+    return False
 
 
 def _merge(run: RunLog, log: RankLog) -> None:

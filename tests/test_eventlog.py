@@ -125,3 +125,20 @@ def test_a_restarted_rank_is_judged_by_its_latest_attempt(tmp_path):
     write_rank(tmp_path, 0, records)
     log = load_run([tmp_path]).ranks[0]
     assert log.end is None and log.open_path == "rollout"  # killed in its second attempt
+
+
+def test_values_only_the_stdlib_json_reads_alike_are_read_as_it_reads_them(tmp_path):
+    # NaN (a diverged loss, as the sink writes it) and lone surrogates: orjson refuses them; an
+    # integer beyond 64 bits: orjson would make it a float.
+    step = Step(**_common(0), metrics={"loss": float("nan"), "kl": float("inf"), "seed": 2**70, "x": "\ud800"})
+    write_rank(tmp_path, 0, [_header(0, 1), step])
+    metrics = load_run([tmp_path]).ranks[0].records[-1].metrics
+    assert metrics["loss"] != metrics["loss"] and metrics["kl"] == float("inf")
+    assert metrics["seed"] == 2**70 and isinstance(metrics["seed"], int) and metrics["x"] == "\ud800"
+
+
+def test_every_line_of_a_long_file_is_read_whole(tmp_path):
+    steps = [Step(**_common(0, step=i), metrics={"pad": "x" * (i % 997)}) for i in range(3000)]
+    path = write_rank(tmp_path, 0, [_header(0, 1), *steps], tail=b"\n  \n")
+    log = read_rank_file(path)
+    assert log.num_bad_lines == 0 and [r.step for r in log.records[1:]] == list(range(len(steps)))

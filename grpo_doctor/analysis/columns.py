@@ -1,15 +1,15 @@
 """Table columns in a compact form, to carry them between processes and join them across ranks.
 
-A rank file's million phase rows read in a worker process come back to the loader as columns:
-numpy arrays where every value is an int or every value a float, codes into a list of distinct
-strings where every value is a str, and the Python list itself otherwise (None, mixed types).
-`joined` concatenates one column's parts; where the parts are not all of one compact kind it
-hands pandas the Python values, so a table's dtypes are what pandas infers from the values, as
-when the rows were lists.
+A rank file's phase rows, read in a worker process, come back to the loader as columns: numpy
+arrays where every value is an int or every value a float (None allowed, as NaN with a mask),
+codes into a list of distinct strings where every value is a str, and the Python list itself
+otherwise (all None, mixed types). `joined` concatenates one column's parts; where the parts are
+not all of one compact kind it hands pandas the Python values, so a table's dtypes are what pandas
+infers from the values, exactly as when the rows were lists.
 
 Typical use:
-    parts = [compact([1.5, 2.0]), compact([3.25])]       # in the workers
-    frame = pd.DataFrame({"t": joined(parts)})          # float64, as from [1.5, 2.0, 3.25]
+    parts = [compact([1.5, None]), compact([3.25])]      # in the workers
+    frame = pd.DataFrame({"t": joined(parts)})          # float64 with NaN, as from [1.5, None, 3.25]
 """
 from __future__ import annotations
 
@@ -17,12 +17,13 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
 class Codes:
-    """A column of strings as indices into its distinct values (a host or phase name repeats a million times)."""
+    """Strings as indices into their distinct values (a phase name repeats a million times)."""
 
     __slots__ = ("codes", "values")
 
@@ -36,7 +37,25 @@ class Codes:
         return np.array(self.values, dtype=object)[self.codes].tolist()
 
 
-Column = np.ndarray | Codes | list  # float64 or int64 array, strings as codes, or any Python values
+class FloatsWithNone:
+    """Floats and None (an open phase's end): NaN where None was, and where it was."""
+
+    __slots__ = ("none", "values")
+
+    def __init__(self, values: np.ndarray, none: np.ndarray):
+        self.values, self.none = values, none
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def to_list(self) -> list:
+        out = self.values.tolist()
+        for i in np.flatnonzero(self.none).tolist():
+            out[i] = None
+        return out
+
+
+Column = np.ndarray | Codes | FloatsWithNone | list  # int64 or float64 array, or the forms above
 
 
 def compact(values: list) -> Column:
@@ -46,12 +65,18 @@ def compact(values: list) -> Column:
     kinds = set(map(type, values))
     if kinds == {float}:
         return np.array(values, dtype=np.float64)
-    if kinds == {int} and INT64_MIN <= min(values) and max(values) <= INT64_MAX:
-        return np.array(values, dtype=np.int64)
+    if kinds == {int}:
+        try:
+            return np.array(values, dtype=np.int64)
+        except OverflowError:  # beyond int64: pandas holds such a column as uint64 or objects
+            return values
     if kinds == {str}:
-        index: dict[str, int] = {}
-        codes = np.fromiter((index.setdefault(v, len(index)) for v in values), dtype=np.int32, count=len(values))
-        return Codes(codes, list(index))
+        distinct = list(dict.fromkeys(values))
+        index = {v: i for i, v in enumerate(distinct)}
+        return Codes(np.fromiter(map(index.__getitem__, values), dtype=np.int32, count=len(values)), distinct)
+    if kinds == {float, type(None)}:
+        floats = np.array(values, dtype=np.float64)  # None becomes NaN
+        return FloatsWithNone(floats, np.array([v is None for v in values]))
     return values
 
 
@@ -64,22 +89,35 @@ def repeated(value: Any, count: int) -> Column:
     return [value] * count
 
 
-def joined(parts: Sequence[Column]) -> np.ndarray | list:
-    """One column from its parts, in order: an array where all parts are arrays of one dtype, else values."""
+def joined(parts: Sequence[Column]) -> np.ndarray | pd.api.extensions.ExtensionArray | list:
+    """One column from its parts, in order, for `pd.DataFrame({name: joined(parts)})`."""
     parts = [p for p in parts if len(p)]
     if not parts:
         return []
     if all(isinstance(p, np.ndarray) for p in parts) and len({p.dtype for p in parts}) == 1:
         return np.concatenate(parts)
+    if all(isinstance(p, FloatsWithNone) or isinstance(p, np.ndarray) and p.dtype == np.float64 for p in parts):
+        return np.concatenate([p.values if isinstance(p, FloatsWithNone) else p for p in parts])
     if all(isinstance(p, Codes) for p in parts):
         index: dict[str, int] = {}
-        codes = []
-        for p in parts:  # renumber each part's codes into one list of distinct values
-            remap = np.array([index.setdefault(v, len(index)) for v in p.values], dtype=np.int32)
-            codes.append(remap[p.codes])
-        # An object array of str: pandas infers the same string dtype as from a list of them.
-        return np.array(list(index), dtype=object)[np.concatenate(codes)]
+        codes = [np.array([index.setdefault(v, len(index)) for v in p.values], dtype=np.int32)[p.codes]
+                 for p in parts]
+        # pandas' own string array for these values (what it infers from a list of them), then one
+        # take: five times faster than pandas reading a million Python strings.
+        strings = pd.DataFrame({"value": list(index)})["value"].array
+        return strings.take(np.concatenate(codes))
     out: list = []
     for p in parts:
-        out += p.to_list() if isinstance(p, Codes) else p.tolist() if isinstance(p, np.ndarray) else p
+        out += p.tolist() if isinstance(p, np.ndarray) else p.to_list() if isinstance(p, Codes | FloatsWithNone) else p
     return out
+
+
+def may_be_long_int(column: Column) -> bool:
+    """Whether a float in the column is past the int64 range: orjson's reading of a longer integer."""
+    if isinstance(column, Codes):
+        return False
+    if isinstance(column, FloatsWithNone):
+        column = column.values
+    if isinstance(column, np.ndarray):
+        return column.dtype == np.float64 and bool(((np.abs(column) > INT64_MAX) & np.isfinite(column)).any())
+    return any(type(v) is float and abs(v) > INT64_MAX and v.is_integer() for v in column)

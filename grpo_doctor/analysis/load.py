@@ -1,7 +1,8 @@
 """Everything known about a run, gathered from any mix of run directories and raw log files.
 
 A run directory contributes its rank files (via `eventlog.load_run`, each file read by
-`rank_tables.read_rank_tables`, in worker processes for a big run) and the artifacts of each
+`rank_tables.read_rank_tables`, in worker processes for a big run: its phase and memory records
+go to the tables, not to `run.ranks[rank].records`) and the artifacts of each
 node's `grpo-doctor watch` under `supervisor/<host>/` (summary.json, hang-N.json,
 signatures.jsonl); a directory with `supervisor/` but no `ranks/` is an uninstrumented watched
 run. PyTorch flight-recorder dumps (`fr/`, or any file that starts like one) become `flight_dumps`;
@@ -39,9 +40,10 @@ import pandas as pd
 from grpo_doctor.analysis import metric_logs as framework_logs
 from grpo_doctor.analysis import rollout_tables
 from grpo_doctor.analysis.clock import describe_offsets, host_offsets, shift_times
-from grpo_doctor.analysis.columns import joined, repeated
+from grpo_doctor.analysis.columns import Column, joined, repeated
 from grpo_doctor.analysis.parallel_read import read_rank_files
-from grpo_doctor.analysis.rank_tables import MEMORY_FIELDS, PHASE_FIELDS, TabledRankLog
+from grpo_doctor.analysis.probe_evidence import ProbeEvidence, load_probe, probe_files
+from grpo_doctor.analysis.rank_tables import TabledRankLog
 from grpo_doctor.eventlog import RunDirError, RunLog, load_run, paused_gc
 from grpo_doctor.logs.flight_recorder import FlightDump, FlightDumpError, is_flight_dump, read_flight_dump
 from grpo_doctor.logs.signatures import Signature, scan_file
@@ -88,6 +90,7 @@ class Evidence:
     completions: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=rollout_tables.COMPLETION_COLUMNS))
     rollout_records: list[Rollout] = field(default_factory=list)  # completion / prompt hashes, sampled texts
     metric_logs: list[framework_logs.MetricLog] = field(default_factory=list)  # TRL / ms-swift files read
+    probe: ProbeEvidence | None = None  # what `grpo-doctor probe` found before training
 
     @property
     def headers(self) -> dict[int, Header]:
@@ -122,6 +125,8 @@ def load_evidence(paths: Sequence[str | Path]) -> Evidence:
     for path in ev.paths:
         if not path.exists():
             raise EvidenceError(f"{path} does not exist", "check the path; run directories are printed at start-up")
+        if probe_files(path) and (path.is_file() or path.name == "probe"):
+            continue  # read by load_probe below
         if path.is_file():
             if path.name.startswith("rank-") and path.suffix == ".jsonl":
                 rank_sources.append(path)
@@ -136,7 +141,7 @@ def load_evidence(paths: Sequence[str | Path]) -> Evidence:
             rank_sources.append(path)
         if has_supervisor:
             _load_supervisor(ev, paths_in.supervisor)
-        if not has_ranks and not has_supervisor and not has_fr:
+        if not has_ranks and not has_supervisor and not has_fr and not probe_files(path):
             files = sorted(p for p in path.iterdir() if p.is_file()) + framework_logs.find_metric_logs(path)
             if not files:
                 raise EvidenceError(f"{path} holds no rank files, no supervisor/ and no log files",
@@ -152,6 +157,7 @@ def load_evidence(paths: Sequence[str | Path]) -> Evidence:
                 raise EvidenceError(str(exc), exc.hint) from None
             ev.warnings += ev.run.warnings
         _build_tables(ev)
+    ev.probe = load_probe(ev.paths, ev.warnings)
     return ev
 
 
@@ -259,22 +265,20 @@ def _add_signatures(ev: Evidence, signatures: list[Signature], source: str, host
 
 def _build_tables(ev: Evidence) -> None:
     logs = sorted((ev.run.ranks if ev.run else {}).items())
-    ev.phases = _rank_frame(ev, logs, "phase_columns", PHASE_FIELDS, PHASE_COLUMNS)
-    ev.memory = _rank_frame(ev, logs, "memory_columns", MEMORY_FIELDS, MEMORY_COLUMNS)
-    steps, errors, rng_records = [], [], []
+    ev.phases = _rank_frame(ev, [(rank, log.phase_columns) for rank, log in logs], PHASE_COLUMNS)
+    ev.memory = _rank_frame(ev, [(rank, log.memory_columns) for rank, log in logs], MEMORY_COLUMNS)
+    errors, rng_records = [], []
     for rank, log in logs:
         host = ev.host_of(rank)
         # Phase and memory records are in columns already (rank_tables.py); these kinds are few.
         for rec in log.records:
-            if isinstance(rec, Step):
-                steps.append((rank, host, rec))
-            elif isinstance(rec, Error):
+            if isinstance(rec, Error):
                 errors.append([rank, host, rec.step, rec.t, rec.exc_type, rec.message, rec.phase, rec.path])
             elif isinstance(rec, Rollout):
                 ev.rollout_records.append(rec)
             elif isinstance(rec, Rng):
                 rng_records.append(rec)
-    ev.steps = _step_frame(steps).assign(source=rollout_tables.EVENT_LOG_SOURCE)
+    ev.steps = _step_frame(ev, logs).assign(source=rollout_tables.EVENT_LOG_SOURCE)
     ev.rollouts, ev.rng = rollout_tables.rollout_frame(ev.rollout_records), rollout_tables.rng_frame(rng_records)
     ev.errors = pd.DataFrame(errors, columns=ERROR_COLUMNS)
     ev.signatures = pd.DataFrame(ev.signature_rows, columns=SIGNATURE_COLUMNS)
@@ -288,42 +292,36 @@ def _build_tables(ev: Evidence) -> None:
                                   columns=rollout_tables.COMPLETION_COLUMNS)
 
 
-def _rank_frame(ev: Evidence, logs: list[tuple[int, TabledRankLog]], attribute: str, fields: tuple[str, ...],
-                columns: list[str]) -> pd.DataFrame:
-    """One table from every rank's columns, with the rank and host of each row in front."""
-    parts: dict[str, list] = {name: [] for name in columns}
-    for rank, log in logs:
-        rank_columns = getattr(log, attribute)
-        num_rows = len(rank_columns[fields[0]])
+def _rank_frame(ev: Evidence, rank_columns: list[tuple[int, dict[str, Column]]], columns: list[str]) -> pd.DataFrame:
+    """One table from every rank's columns (rank_tables.py), with the rank and host of each row in front."""
+    parts: dict[str, list[Column]] = {name: [] for name in columns}
+    for rank, by_name in rank_columns:
+        num_rows = len(next(iter(by_name.values()), ()))
         if not num_rows:
             continue
         parts["rank"].append(repeated(rank, num_rows))
         parts["host"].append(repeated(ev.host_of(rank), num_rows))
-        for name in fields:
-            parts[name].append(rank_columns[name])
+        for name in columns[2:]:
+            parts[name].append(by_name[name])
     if not parts["rank"]:
         return pd.DataFrame(columns=columns)
     return pd.DataFrame({name: joined(parts[name]) for name in columns}, columns=columns)
 
 
-def _step_frame(steps: list[tuple[int, str | None, Step]]) -> pd.DataFrame:
-    """rank, host, step, t and one column per metric, as pandas builds it from one dict per step.
+def _step_frame(ev: Evidence, logs: list[tuple[int, TabledRankLog]]) -> pd.DataFrame:
+    """rank, host, step, t and one column per metric, as pandas builds it from a dict per step.
 
-    Column by column where every step has the same metrics in the same order (a trainer's steps
-    do): 128 k dicts of 16 keys are slow to build and slower for pandas to read.
+    From the ranks' step columns where all have the same metrics (a trainer's do); else from one
+    dict per Step record, whose columns are the metrics in the order they first occur.
     """
-    if not steps:
+    with_steps = [(rank, log) for rank, log in logs if log.step_columns is None or len(log.step_columns["step"])]
+    if not with_steps:
         return pd.DataFrame(columns=STEP_COLUMNS)
-    names = tuple(steps[0][2].metrics) if type(steps[0][2].metrics) is dict else None
-    if (names is None or {"rank", "host", "step", "t"} & set(names)
-            or any(type(rec.metrics) is not dict or tuple(rec.metrics) != names for _, _, rec in steps)):
-        return pd.DataFrame([{"rank": rank, "host": host, "step": rec.step, "t": rec.t, **rec.metrics}
-                             for rank, host, rec in steps])
-    columns = {"rank": [rank for rank, _, _ in steps], "host": [host for _, host, _ in steps],
-               "step": [rec.step for _, _, rec in steps], "t": [rec.t for _, _, rec in steps]}
-    metrics = [rec.metrics for _, _, rec in steps]
-    columns.update({name: [m[name] for m in metrics] for name in names})
-    return pd.DataFrame(columns)
+    names = {tuple(log.step_columns) if log.step_columns is not None else None for _, log in with_steps}
+    if len(names) == 1 and None not in names:
+        return _rank_frame(ev, [(rank, log.step_columns) for rank, log in with_steps], ["rank", "host", *names.pop()])
+    return pd.DataFrame([{"rank": rank, "host": ev.host_of(rank), "step": rec.step, "t": rec.t, **rec.metrics}
+                         for rank, log in with_steps for rec in log.records if isinstance(rec, Step)])
 
 
 def _align_clocks(ev: Evidence) -> None:

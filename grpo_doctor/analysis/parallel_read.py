@@ -20,7 +20,6 @@ import os
 import sys
 import threading
 from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 from grpo_doctor.analysis.rank_tables import TabledRankLog, read_rank_tables
@@ -30,16 +29,16 @@ from grpo_doctor.analysis.rank_tables import TabledRankLog, read_rank_tables
 MIN_PARALLEL_BYTES = 16 * 1024 * 1024
 
 
-def read_rank_files(files: list[Path], min_parallel_bytes: int = MIN_PARALLEL_BYTES) -> list[TabledRankLog | OSError]:
+def read_rank_files(files: list[Path]) -> list[TabledRankLog | OSError]:
     """Each file's log, or the OSError that reading it raised, in the order given."""
     num_workers = min(len(files), os.cpu_count() or 1)
-    if num_workers < 2 or _total_bytes(files) < min_parallel_bytes or not _can_fork():
+    if num_workers < 2 or _total_bytes(files) < MIN_PARALLEL_BYTES or not _can_fork():
         return [_read(path) for path in files]
     try:
         with ProcessPoolExecutor(num_workers, mp_context=multiprocessing.get_context("fork")) as pool:
             return list(pool.map(_read, files))
-    except (OSError, BrokenProcessPool):  # no process to be had (limits, a worker killed): read them here
-        return [_read(path) for path in files]
+    except OSError:  # no process to be had (fork failed: a limit on processes or memory); a file's own
+        return [_read(path) for path in files]  # OSError comes back as a value, never raised here
 
 
 def _read(path: Path) -> TabledRankLog | OSError:

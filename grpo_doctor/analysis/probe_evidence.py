@@ -9,6 +9,7 @@ Typical use:
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +19,7 @@ from grpo_doctor.analysis.findings import SEVERITIES, Finding
 from grpo_doctor.probe.results import COLLECTIVES_FILE, CollectivesReport, NodeReport, probe_dir
 
 MAX_PROBE_FILE_BYTES = 64 * 2**20
+NODE_FILE = re.compile(r"node-\d{3,}-.+\.json")  # results.node_file_name; not a node's log (node-1.log)
 
 
 @dataclass
@@ -38,11 +40,11 @@ class ProbeEvidence:
 def probe_files(path: Path) -> list[Path]:
     """The probe files a path given to `report` holds (a run dir, its probe/ dir, or a file)."""
     if path.is_file():
-        return [path] if path.name == COLLECTIVES_FILE or path.name.startswith("node-") else []
+        return [path] if path.name == COLLECTIVES_FILE or NODE_FILE.fullmatch(path.name) else []
     folder = path if path.name == "probe" else probe_dir(path)
     if not folder.is_dir():
         return []
-    return sorted(folder.glob("node-*.json")) + sorted(folder.glob(COLLECTIVES_FILE))
+    return sorted(p for p in folder.glob("node-*.json") if NODE_FILE.fullmatch(p.name)) + sorted(folder.glob(COLLECTIVES_FILE))
 
 
 def load_probe(paths: list[Path], warnings: list[str]) -> ProbeEvidence:

@@ -4,10 +4,10 @@ A run of 64 ranks x 2,000 steps holds 2 M records, 15 of every 16 a phase begin,
 memory snapshot, and building a frozen dataclass for each costs more than parsing its line. Here
 those three kinds go from the parsed line into columns (phases already paired, begin with end),
 and only the kinds that rules and the report read as objects (header, step, error, end, rollout,
-rng, and kinds this version does not know) become records. The answers `RankLog` gives from
-phase records (the open phase, the last record, the host of a file without header) are taken
-while reading. Lines are judged exactly as `eventlog.read_rank_file` judges them: the same bad
-lines, the same records, the same warnings.
+rng, and kinds this version does not know) become records. The answers `RankLog` would give
+from the records left out (the open phase, the last record, the host of a file without header)
+are kept beside them. Lines are judged exactly as `eventlog.read_rank_file` judges them: the same
+bad lines, the same records, the same warnings.
 
 Typical use:
     log = read_rank_tables(Path("runs/job-17/ranks/rank-00003.jsonl"))
@@ -15,17 +15,21 @@ Typical use:
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from operator import itemgetter
 from pathlib import Path
-from typing import Any
 
-from grpo_doctor.analysis.columns import Column, compact
+from grpo_doctor.analysis.columns import Column, compact, may_be_long_int
 from grpo_doctor.eventlog import (
     RANK_FILE_PATTERN,
     RankLog,
     decode_line,
+    json_loads_line,
     lines_of,
+    may_hold_long_int,
+    orjson_loads,
     paused_gc,
     read_rank_file,
     record_time,
@@ -37,6 +41,7 @@ from grpo_doctor.schema import (
     PhaseBegin,
     PhaseEnd,
     Record,
+    Step,
     UnknownRecord,
     field_order,
     record_from_dict,
@@ -49,12 +54,19 @@ MEMORY_FIELDS = ("step", "t", "tag", "host_rss_bytes", "device", "allocated_byte
 TABLED_TYPES = (PhaseBegin, PhaseEnd, Memory)
 
 
-def _wire_keys(cls: type[Record]) -> frozenset[str]:
-    """The keys of a line that `record_from_dict` builds without filtering: exactly the type's fields."""
-    return frozenset(("schema", "kind", *field_order(cls)))
+def _wire_keys(cls: type[Record]) -> tuple[str, ...]:
+    """The keys of a line as the sink writes them: exactly the type's fields, in their order.
+
+    A tuple, not a set: `tuple(data) == keys` costs less than `data.keys() == frozenset(keys)`.
+    A line with its keys in another order, extra or missing takes the long way, `record_from_dict`.
+    """
+    return ("schema", "kind", *field_order(cls))
 
 
-_BEGIN_KEYS, _END_KEYS, _MEMORY_KEYS = (_wire_keys(cls) for cls in TABLED_TYPES)
+_WIRE_KEYS = {cls.KIND.value: _wire_keys(cls) for cls in TABLED_TYPES}
+_memory_values = itemgetter(*MEMORY_FIELDS)
+_begin_values = itemgetter("step", "t", "path")
+_end_values = itemgetter("phase", "path", "t", "duration_s", "error")
 
 
 @dataclass
@@ -68,9 +80,12 @@ class TabledRankLog(RankLog):
     sources: list[Path] = field(default_factory=list)  # the files read (several once merged)
     phase_columns: dict[str, Column] = field(default_factory=dict)  # PHASE_FIELDS
     memory_columns: dict[str, Column] = field(default_factory=dict)  # MEMORY_FIELDS
+    # step, t and each metric of the Step records (which stay in `records` too), when every one
+    # has the same metrics in the same order; None when not (the loader reads the records then).
+    step_columns: dict[str, Column] | None = field(default_factory=dict)
     final_open_path: str | None = None
     final_record: Record | UnknownRecord | None = None
-    first_host: str | None = None  # of the first record in the file
+    first_host: str | None = None  # of the first record in the file; looked for only without a header
 
     @property
     def open_path(self) -> str | None:
@@ -93,109 +108,155 @@ class TabledRankLog(RankLog):
         self.sources += others
         bad_lines, pids = self.num_bad_lines + other.num_bad_lines, self.pids | other.pids
         self.records, self.pids = [], set()
-        add, finish = _tabulator(self)
-        for record in merged:
-            add(record.to_dict() if isinstance(record, Record) else record.data)
-        finish()
+        encode = json.JSONEncoder(separators=(",", ":")).encode  # NaN as the sink writes it, decoded alike
+        lines = [(number, encode(r.to_dict() if isinstance(r, Record) else r.data).encode(), True)
+                 for number, r in enumerate(merged, 1)]
+        _tabulate(self, lines, exact=True)
+        _set_first(self, lines)
         self.num_bad_lines, self.pids = bad_lines, pids
 
 
-def read_rank_tables(path: str | Path) -> TabledRankLog:
-    """`read_rank_file`, with phase and memory records put into columns (see the module doc)."""
+def read_rank_tables(path: str | Path, exact: bool = False) -> TabledRankLog:
+    """`read_rank_file`, with phase and memory records put into columns (see the module doc).
+
+    Lines are decoded by orjson, which reads an integer beyond 64 bits as a float: only the lines
+    that become records are checked for one (`may_hold_long_int`); the tabled values are checked
+    once in their columns, and a file with a suspect is read again with `exact`.
+    """
     path = Path(path)
     match = RANK_FILE_PATTERN.search(path.name)
     log = TabledRankLog(rank=int(match.group(1)) if match else -1, path=path, sources=[path])
     with paused_gc():
-        add, finish = _tabulator(log)
-        for line_number, line, complete, exact in lines_of(path):
-            try:
-                add(decode_line(line, exact))
-            except (ValueError, TypeError, BadRecord):
-                if not complete:
-                    log.truncated_tail = True
-                log.num_bad_lines += 1
-                log.first_bad_line = log.first_bad_line or line_number
-        finish()
+        _tabulate(log, lines_of(path), exact)
+        _set_first(log, lines_of(path))
+    if not exact and _lost_long_int(log):
+        return read_rank_tables(path, exact=True)
     return log
 
 
-def _tabulator(log: TabledRankLog) -> tuple[Callable[[Any], None], Callable[[], None]]:
-    """(add, finish): `add` takes one parsed line in file order and raises what `record_from_dict`
-    raises for a line that is no record; `finish` puts the columns and final answers into `log`.
+def _tabulate(log: TabledRankLog, lines: Iterable[tuple[int, bytes, bool]], exact: bool) -> None:
+    """Reads (line number, line, ended with a newline) into `log` as `read_rank_file` reads a file.
 
-    Closures, not methods: `add` runs 2 M times on a big run, and local names are its cheapest.
+    One loop with everything inline: it runs 2 M times on a big run, where a function call per
+    line costs a second. Phase values go straight into column lists, in the order of the ends.
     """
     records, pids_add = log.records, log.pids.add
     begins: list[dict] = []  # open phase_begin lines, innermost last (as RankLog's open-phase stack)
-    phase_rows: list[tuple] = []  # closed phases, in the order of their ends
+    phases: dict[str, list] = {name: [] for name in PHASE_FIELDS}
+    step_, phase_, path_, begin_t_, end_t_, duration_s_, error_ = (phases[n].append for n in PHASE_FIELDS)
     memory_rows: list[tuple] = []
-    first_tabled: list = []  # [line, number of records kept before it] of the first tabled line
-    last_tabled: list = [None]  # the last line when it was tabled, else None
+    loads = orjson_loads if orjson_loads is not None and not exact else decode_line
+    wire_keys, memory_values, begin_values, end_values = _WIRE_KEYS, _memory_values, _begin_values, _end_values
+    last = None  # the last line read
+    for line_number, line, complete in lines:
+        try:
+            try:
+                data = loads(line)
+            except ValueError:  # NaN, a lone surrogate, a BOM: json's to judge
+                data = json_loads_line(line)
+            wire = wire_keys.get(data.get("kind")) if type(data) is dict else None
+            if wire is None or tuple(data) != wire:
+                data = _keep(data, line, exact, log, begins)  # raises for a line that is no record
+            if data is not None:
+                pids_add(data["pid"])  # before any change: an unhashable pid leaves a bad line
+        except (ValueError, TypeError, BadRecord):
+            if not complete:
+                log.truncated_tail = True
+            log.num_bad_lines += 1
+            log.first_bad_line = log.first_bad_line or line_number
+            continue
+        last = line
+        if data is None:
+            continue
+        kind = data["kind"]
+        if kind == "phase_end":
+            phase, path, end_t, duration_s, error = end_values(data)
+            while begins:  # pop to the matching begin: an exception may have skipped inner ends
+                step, begin_t, begin_path = begin_values(begins.pop())
+                if begin_path == path:
+                    step_(step)
+                    phase_(phase)
+                    path_(path)
+                    begin_t_(begin_t)
+                    end_t_(end_t)
+                    duration_s_(duration_s)
+                    error_(error)
+                    break
+        elif kind == "phase_begin":
+            begins.append(data)
+        else:
+            memory_rows.append(memory_values(data))
+    for begin in begins:  # still open at the end of the file
+        step_(begin["step"])
+        phase_(begin["phase"])
+        path_(begin["path"])
+        begin_t_(begin["t"])
+        end_t_(None)
+        duration_s_(None)
+        error_(None)
+    log.phase_columns = {name: compact(values) for name, values in phases.items()}
+    memory = list(zip(*memory_rows, strict=True)) if memory_rows else [() for _ in MEMORY_FIELDS]
+    log.memory_columns = {name: compact(list(values)) for name, values in zip(MEMORY_FIELDS, memory, strict=True)}
+    log.step_columns = _step_columns([r for r in records if type(r) is Step])
+    log.final_open_path = begins[-1]["path"] if begins else None
+    final = _record_of(last) if last is not None else None
+    log.final_record = final if isinstance(final, TABLED_TYPES) or final is None else records[-1]
 
-    def add(data: Any) -> None:
-        if type(data) is dict:
-            kind = data.get("kind")
-            # pids first: an unhashable pid (TypeError) leaves a bad line that changed nothing.
-            if kind == "phase_end" and data.keys() == _END_KEYS:
-                pids_add(data["pid"])
-                path = data["path"]
-                while begins:  # pop to the matching begin: an exception may have skipped inner ends
-                    begin = begins.pop()
-                    if begin["path"] == path:
-                        phase_rows.append((begin["step"], data["phase"], path, begin["t"], data["t"],
-                                           data["duration_s"], data["error"]))
-                        break
-            elif kind == "phase_begin" and data.keys() == _BEGIN_KEYS:
-                pids_add(data["pid"])
-                begins.append(data)
-            elif kind == "memory" and data.keys() == _MEMORY_KEYS:
-                pids_add(data["pid"])
-                memory_rows.append((data["step"], data["t"], data["tag"], data["host_rss_bytes"], data["device"],
-                                    data["allocated_bytes"], data["reserved_bytes"], data["peak_allocated_bytes"],
-                                    data["inactive_split_bytes"], data["free_bytes"], data["total_bytes"]))
-            else:
-                return _keep(data)
-            last_tabled[0] = data
-            if not first_tabled:
-                first_tabled[:] = [data, len(records)]
-            return None
-        return _keep(data)
 
-    def _keep(data: Any) -> None:
-        record = record_from_dict(data)
-        if isinstance(record, TABLED_TYPES):  # fields missing or extra: now as this version writes them
-            return add(record.to_dict())
+def _set_first(log: TabledRankLog, lines: Iterable[tuple[int, bytes, bool]]) -> None:
+    """The host (and, for a file not named by rank, the rank) of the file's first record, which
+    only a file without header needs: looked for after the file is read, not on every line."""
+    if log.rank >= 0 and any(type(r) is Header for r in log.records):
+        return
+    for _, line, _ in lines:
+        try:
+            record = record_from_dict(decode_line(line))
+            if isinstance(record, Record):
+                hash(record.pid)  # as in `_tabulate`: a line with an unhashable pid is a bad one
+        except (ValueError, TypeError, BadRecord):
+            continue
         if isinstance(record, Record):
-            pids_add(record.pid)
-            if type(record) is Header:  # a restart: what was open before it never ends
-                begins.clear()
-        records.append(record)
-        last_tabled[0] = None
-        return None
-
-    def finish() -> None:
-        rows = phase_rows + [(b["step"], b["phase"], b["path"], b["t"], None, None, None) for b in begins]
-        log.phase_columns = _columns(rows, PHASE_FIELDS)
-        log.memory_columns = _columns(memory_rows, MEMORY_FIELDS)
-        log.final_open_path = begins[-1]["path"] if begins else None
-        log.final_record = record_from_dict(last_tabled[0]) if last_tabled[0] is not None else \
-            (records[-1] if records else None)
-        first = _first_record(records, first_tabled)
-        if first is not None:
-            log.first_host = first["host"] if isinstance(first, dict) else first.host
+            log.first_host = record.host
             if log.rank < 0:
-                log.rank = first["rank"] if isinstance(first, dict) else first.rank
-
-    return add, finish
-
-
-def _first_record(records: list, first_tabled: list) -> Record | dict | None:
-    """The file's first record (not an unknown kind): a kept one, or the first tabled line if it came first."""
-    kept_before = first_tabled[1] if first_tabled else len(records)
-    first = next((r for r in records[:kept_before] if isinstance(r, Record)), None)
-    return first if first is not None or not first_tabled else first_tabled[0]
+                log.rank = record.rank
+            return
 
 
-def _columns(rows: Iterable[tuple], names: tuple[str, ...]) -> dict[str, Column]:
-    columns = list(zip(*rows, strict=True)) or [() for _ in names]
-    return {name: compact(list(values)) for name, values in zip(names, columns, strict=True)}
+def _keep(data, line: bytes, exact: bool, log: TabledRankLog, begins: list) -> dict | None:
+    """A line that is not a phase or memory record as the sink writes it: its record is kept (None
+    returned), or, for a phase or memory record with keys missing, extra or reordered, its dict as
+    written here is returned to be tabled. Raises what `record_from_dict` raises."""
+    if not exact and may_hold_long_int(line):
+        data = json_loads_line(line)
+    record = record_from_dict(data)
+    if isinstance(record, TABLED_TYPES):
+        return record.to_dict()
+    if isinstance(record, Record):
+        log.pids.add(record.pid)
+        if type(record) is Header:  # a restart: what was open before it never ends
+            begins.clear()
+    log.records.append(record)
+    return None
+
+
+def _step_columns(steps: list[Step]) -> dict[str, Column] | None:
+    if not steps:
+        return {"step": [], "t": []}
+    names = tuple(steps[0].metrics) if type(steps[0].metrics) is dict else ()
+    if (not names or {"rank", "host", "step", "t"} & set(names)
+            or any(type(s.metrics) is not dict or tuple(s.metrics) != names for s in steps)):
+        return None
+    metrics = [s.metrics for s in steps]
+    return {"step": compact([s.step for s in steps]), "t": compact([s.t for s in steps]),
+            **{name: compact([m[name] for m in metrics]) for name in names}}
+
+
+def _record_of(line: bytes) -> Record | UnknownRecord:
+    """The record of a line read before (the last of a file is wanted as an object)."""
+    return record_from_dict(decode_line(line))
+
+
+def _lost_long_int(log: TabledRankLog) -> bool:
+    """Whether orjson may have read an integer beyond 64 bits in a tabled line as a float."""
+    columns = [*log.phase_columns.values(), *log.memory_columns.values(), list(log.pids)]
+    return any(may_be_long_int(column) for column in columns)
