@@ -132,6 +132,14 @@ class RankLog:
         """Errors of the latest attempt."""
         return list(self._indexed().attempt_errors)
 
+    def count_bad_line(self, line_number: int, complete: bool) -> None:
+        """A line that is no record: counted, the first remembered; an unfinished last line is a
+        process that died mid-write."""
+        if not complete:
+            self.truncated_tail = True
+        self.num_bad_lines += 1
+        self.first_bad_line = self.first_bad_line or line_number
+
     def absorb(self, other: RankLog) -> None:
         """Take in another file of the same rank (one directory per node, a rank restarted elsewhere)."""
         self.records = sorted(self.records + other.records, key=record_time)
@@ -290,10 +298,7 @@ def read_rank_file(path: str | Path) -> RankLog:
             if isinstance(record, Record):
                 pids.add(record.pid)  # inside: a pid that is a JSON array makes a bad line, not a crash
         except (ValueError, TypeError, BadRecord):
-            if not complete:
-                log.truncated_tail = True
-            log.num_bad_lines += 1
-            log.first_bad_line = log.first_bad_line or line_number
+            log.count_bad_line(line_number, complete)
             continue
         if isinstance(record, Record) and log.rank < 0:
             log.rank = record.rank

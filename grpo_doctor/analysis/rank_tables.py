@@ -160,10 +160,7 @@ def _tabulate(log: TabledRankLog, lines: Iterable[tuple[int, bytes, bool]], exac
             if data is not None:
                 pids_add(data["pid"])  # before any change: an unhashable pid leaves a bad line
         except (ValueError, TypeError, BadRecord):
-            if not complete:
-                log.truncated_tail = True
-            log.num_bad_lines += 1
-            log.first_bad_line = log.first_bad_line or line_number
+            log.count_bad_line(line_number, complete)
             continue
         last = line
         if data is None:
