@@ -55,21 +55,26 @@ def sort_findings(findings: list[Finding]) -> list[Finding]:
 
 @dataclass(frozen=True)
 class FindingsFile:
-    """The contents of findings.json: `{"schema", "run", "findings", "warnings"}`."""
+    """The contents of findings.json: `{"schema", "run", "findings", "warnings"}`, and `settings`
+    ({rule id: {field: value}}, the thresholds the user changed) only when there are some."""
 
     run: list[str]
     findings: list[Finding]
     warnings: list[str]
+    settings: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"schema": FINDINGS_SCHEMA, "run": [str(p) for p in self.run],
-                "findings": [f.to_dict() for f in sort_findings(list(self.findings))],
-                "warnings": list(self.warnings)}
+        out = {"schema": FINDINGS_SCHEMA, "run": [str(p) for p in self.run],
+               "findings": [f.to_dict() for f in sort_findings(list(self.findings))],
+               "warnings": list(self.warnings)}
+        if self.settings:
+            out["settings"] = self.settings
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> FindingsFile:
         return cls(run=list(data.get("run") or []), findings=[Finding.from_dict(f) for f in data["findings"]],
-                   warnings=list(data.get("warnings") or []))
+                   warnings=list(data.get("warnings") or []), settings=dict(data.get("settings") or {}))
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, default=str)

@@ -6,10 +6,12 @@ line in `RULES`, and its test in tests/analysis/ (a test checks all three).
 
 Typical use:
     findings, warnings = run_rules(load_evidence(["runs/job-17"]))
+    findings, warnings = run_rules(evidence, configs=rule_configs(["dead-step.min_consecutive_steps=3"]))
 """
 from __future__ import annotations
 
 from types import ModuleType
+from typing import Any
 
 from grpo_doctor.analysis.findings import Finding, sort_findings
 from grpo_doctor.analysis.load import Evidence
@@ -48,14 +50,17 @@ def rule_name(rule: ModuleType) -> str:
     return rule.__name__.rpartition(".")[2]
 
 
-def run_rules(evidence: Evidence, rules: list[ModuleType] | None = None) -> tuple[list[Finding], list[str]]:
+def run_rules(evidence: Evidence, rules: list[ModuleType] | None = None,
+              configs: dict[str, Any] | None = None) -> tuple[list[Finding], list[str]]:
     """Every rule's findings (most severe first) and the warnings: the evidence's own, and one per
-    rule that failed (a broken rule must not hide what the others found)."""
+    rule that failed (a broken rule must not hide what the others found). `configs` ({rule id:
+    Config}, from analysis/rule_settings.py) replaces the default thresholds of the rules it names."""
     findings: list[Finding] = []
     warnings = list(evidence.warnings)
     for rule in RULES if rules is None else rules:
         try:
-            findings.extend(rule.check(evidence, rule.Config()))
+            cfg = configs[rule.ID] if configs and rule.ID in configs else rule.Config()
+            findings.extend(rule.check(evidence, cfg))
         except Exception as exc:  # noqa: BLE001 - reported, never fatal
             warnings.append(f"rule {rule_name(rule)} failed ({type(exc).__name__}: {exc}); its findings are missing")
     return sort_findings(findings), warnings
