@@ -9,11 +9,13 @@ Tables (load.py's Evidence):
 With GRPO the copies of one prompt are spread over ranks (TRL's RepeatSampler layout), so two
 ranks sampling with the same seed produce the same completions for the same prompt (CASES.md
 case 2). `cross_rank_overlaps` compares, for every step and every prompt held by several ranks,
-each pair of ranks' completion hashes.
+each pair of ranks' completion hashes; `rng_collisions` finds ranks sharing a sampling generator in
+the rng table (the comparison itself is rng_sharing.py's, shared with `watch`).
 
 Typical use:
     overlaps = cross_rank_overlaps(evidence.rollout_records)
     overlaps[3][(0, 1)]            # PairOverlap(identical_frac=1.0, num_prompts=2, ...)
+    rng_collisions(evidence.rng)   # [SharedRngState(ranks=(0, 1), generator="sampling_seed", ...)]
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from grpo_doctor.rng_sharing import SharedRngState, sampling_generator, shared_rng_states
 from grpo_doctor.schema import Rng, Rollout
 
 ROLLOUT_COLUMNS = ["rank", "host", "step", "t", "num_completions", "num_groups", "duplicate_rate", "distinct_1",
@@ -57,7 +60,12 @@ class PairOverlap:
 
     identical_frac: float  # completions with an identical copy on the other rank / all their completions
     num_prompts: int  # prompts both ranks held
-    within_duplicate_rate: float  # the larger of the two ranks' own within-group duplicate rates (baseline)
+    # the larger of the two ranks' own within-group duplicate rates (the baseline); None when neither
+    # held two copies of a prompt (per-device batch 1), so a collapsed policy cannot show itself there
+    within_duplicate_rate: float | None
+    # prompts whose copies were one text on every rank holding them / num_prompts: nothing in the step
+    # shows the policy sampling apart on them, so identical copies there may be collapse, not a seed
+    unanimous_frac: float
 
 
 def cross_rank_overlaps(records: Iterable[Rollout]) -> dict[int, dict[tuple[int, int], PairOverlap]]:
@@ -77,22 +85,24 @@ def cross_rank_overlaps(records: Iterable[Rollout]) -> dict[int, dict[tuple[int,
             dup_rates[(r.rank, r.step)].append(r.duplicate_rate)
     out: dict[int, dict[tuple[int, int], PairOverlap]] = {}
     for step, prompts in hashes.items():
-        sums: dict[tuple[int, int], list[float]] = defaultdict(lambda: [0.0, 0])
+        sums: dict[tuple[int, int], list[float]] = defaultdict(lambda: [0.0, 0, 0])  # identical, prompts, unanimous
         for by_rank in prompts.values():
             if len(by_rank) < 2:
                 continue
             ranks = sorted(by_rank)
             sets = {rank: set(by_rank[rank]) for rank in ranks}
+            unanimous = len(set().union(*sets.values())) == 1
             for i, a in enumerate(ranks):
                 for b in ranks[i + 1:]:
                     matched = (sum(h in sets[b] for h in by_rank[a]) + sum(h in sets[a] for h in by_rank[b]))
                     total = sums[(a, b)]
                     total[0] += matched / (len(by_rank[a]) + len(by_rank[b]))
                     total[1] += 1
-        out[step] = {pair: PairOverlap(identical_frac=s / n, num_prompts=n,
-                                       within_duplicate_rate=max(_mean(dup_rates.get((pair[0], step))),
-                                                                 _mean(dup_rates.get((pair[1], step)))))
-                     for pair, (s, n) in sums.items()}
+                    total[2] += unanimous
+        out[step] = {pair: PairOverlap(identical_frac=s / n, num_prompts=n, unanimous_frac=u / n,
+                                       within_duplicate_rate=_larger(_mean(dup_rates.get((pair[0], step))),
+                                                                     _mean(dup_rates.get((pair[1], step)))))
+                     for pair, (s, n, u) in sums.items()}
     return {step: pairs for step, pairs in sorted(out.items()) if pairs}
 
 
@@ -124,54 +134,25 @@ def pair_matrix(overlaps: dict[int, dict[tuple[int, int], PairOverlap]]) -> pd.D
     return matrix
 
 
-def _mean(values: list[float] | None) -> float:
-    return sum(values) / len(values) if values else 0.0
+def _mean(values: list[float] | None) -> float | None:
+    return sum(values) / len(values) if values else None
 
 
-SAMPLING_GENERATORS = ("sampling_seed", "torch_cuda", "torch_cpu")  # what sampling draws from, most specific first
-GENERATORS = (*SAMPLING_GENERATORS, "numpy", "python")
+def _larger(*values: float | None) -> float | None:
+    known = [v for v in values if v is not None]
+    return max(known) if known else None
 
 
-@dataclass(frozen=True)
-class RngCollision:
-    """Ranks of different tensor-parallel groups whose sampling generator agreed in one snapshot."""
+def rng_collisions(rng: pd.DataFrame) -> list[SharedRngState]:
+    """Rank sets sharing the sampling generator in a snapshot (tag, step), oldest first (rng_sharing.py).
 
-    ranks: tuple[int, ...]
-    tag: str
-    step: int | None
-    generator: str  # the generator compared (SAMPLING_GENERATORS)
-    shared_generators: tuple[str, ...]  # every generator (GENERATORS) these ranks agreed on
-
-
-def rng_collisions(rng: pd.DataFrame) -> list[RngCollision]:
-    """Rank sets sharing the sampling generator's fingerprint, per snapshot (tag, step), oldest first.
-
-    The generator compared is the most specific one the ranks report: the engine's sampling seed,
-    else the CUDA generator, else the CPU one. Ranks of one tensor-parallel group share it by
-    design and are not a collision. A set that shares in one snapshot but differs in a later one
-    is dropped: the early snapshot was taken before the trainer seeded each rank (torch's default
-    seed is the same in every process).
+    A set that shares in one snapshot but differs in a later one is dropped: the early snapshot
+    was taken before the trainer seeded each rank (torch's default seed is the same in every process).
     """
-    generator = next((g for g in SAMPLING_GENERATORS if g in rng.columns and rng[g].notna().any()), None)
-    if generator is None:
-        return []
-    rows = rng.dropna(subset=[generator])
-    snapshots = []
-    for (tag, step), group in rows.groupby(["tag", "step"], dropna=False, sort=False):
-        latest = group.drop_duplicates("rank", keep="last").set_index("rank")
-        snapshots.append((float(group["t"].median()), tag, None if pd.isna(step) else int(step), latest))
-    snapshots.sort(key=lambda s: s[0])
-    out = []
-    for i, (_, tag, step, latest) in enumerate(snapshots):
-        for _, same in latest.groupby(generator):
-            if len(same) < 2 or (same["tp_group"].notna().all() and same["tp_group"].nunique() == 1):
-                continue
-            ranks = tuple(sorted(int(r) for r in same.index))
-            if any(set(ranks) <= set(later.index) and later.loc[list(ranks), generator].nunique() > 1
-                   for _, _, _, later in snapshots[i + 1:]):
-                continue
-            shared = tuple(g for g in GENERATORS if g in same.columns and same[g].notna().all()
-                           and same[g].nunique() == 1)
-            out.append(RngCollision(ranks=ranks, tag=str(tag), step=step, generator=generator,
-                                    shared_generators=shared))
-    return out
+    return [s for s in shared_rng_states(rng.to_dict("records")) if s.diverged_at is None]
+
+
+def fingerprinted_ranks(rng: pd.DataFrame) -> set[int]:
+    """Ranks whose rng records state the generator rng_collisions compares."""
+    generator = sampling_generator(rng.to_dict("records"))
+    return set() if generator is None else {int(r) for r in rng.dropna(subset=[generator])["rank"]}

@@ -1,10 +1,12 @@
 """Live seed audit: ranks that will sample identical rollouts, said as soon as their rng records arrive.
 
-Each rank's `grpo_doctor.seed_audit()` writes an `rng` record at start, before the first rollout.
-Ranks that sample different data must not share the rollout engine's sampling seed or the state
-of their torch generator (CASES.md case 2: every GPU of a node generated the same text); ranks of
-one tensor-parallel group legitimately share both. watch reads the records as they are written,
-so the collision is on the console seconds after start, not after days of wasted steps.
+Each rank's `grpo_doctor.seed_audit()` writes an `rng` record at start, before the first rollout,
+and again every few steps. Ranks that sample different data must not share the generator their
+completions are drawn from (CASES.md case 2: every GPU of a node generated the same text); ranks
+of one tensor-parallel group legitimately share it. The comparison is report's (rng_sharing.py):
+the rollout engine's sampling seed where stated, else the torch CUDA, else the CPU generator. watch
+reads the records as they are written, so the collision is on the console seconds after start,
+not after days of wasted steps; a later audit that shows the ranks apart withdraws it, once.
 
 Typical use:
     check = SeedCheck()
@@ -16,43 +18,52 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from grpo_doctor.rankset import format_ranks
+from grpo_doctor.rng_sharing import SharedRngState, shared_rng_states
 from grpo_doctor.schema import Rng
 
 REMEDY = ("give each sampling process its own seed (TRL: set_seed(seed, device_specific=True); vLLM: "
           "seed = base + data-parallel rank, equal only inside a tensor-parallel group)")
+GENERATOR_NAMES = {"sampling_seed": "the sampling seed", "torch_cuda": "the torch CUDA RNG state",
+                   "torch_cpu": "the torch CPU RNG state"}
 
 
 class SeedCheck:
     def __init__(self) -> None:
-        self._first: dict[int, Rng] = {}  # rank -> its first rng record (the state before any rollout)
-        self._said: set[tuple[str, tuple[int, ...]]] = set()
+        self._rows: list[dict] = []  # every rng record so far; audits come every few steps, so few
+        self._hosts: dict[int, str] = {}
+        self._said: set[tuple[int, ...]] = set()
+        self._withdrawn: set[tuple[int, ...]] = set()
 
     def feed(self, records: Iterable[object]) -> list[str]:
-        """Lines to print for collisions not said before."""
-        fresh = False
-        for rec in records:
-            if isinstance(rec, Rng) and rec.rank not in self._first:
-                self._first[rec.rank] = rec
-                fresh = True
-        return self._collisions() if fresh else []
-
-    def _collisions(self) -> list[str]:
+        """Lines to print: collisions not said before, and said ones a later audit shows apart."""
+        fresh = [rec for rec in records if isinstance(rec, Rng)]
+        if not fresh:
+            return []
+        self._rows += [rec.to_dict() for rec in fresh]
+        self._hosts.update({rec.rank: rec.host for rec in fresh})
+        states = shared_rng_states(self._rows)
+        live = [set(s.ranks) for s in states if s.diverged_at is None]
         lines = []
-        for what, key in (("the sampling seed", lambda r: r.sampling_seed), ("the torch RNG state", lambda r: r.torch_cpu)):
-            by_value: dict[object, list[Rng]] = {}
-            for rec in self._first.values():
-                if key(rec) is not None:
-                    by_value.setdefault(key(rec), []).append(rec)
-            for value, recs in by_value.items():
-                groups = {r.tp_group if r.tp_group is not None else ("rank", r.rank) for r in recs}
-                if len(groups) < 2:  # one tensor-parallel group sharing its seed is as it should be
-                    continue
-                ranks = tuple(sorted(r.rank for r in recs))
-                if (what, ranks) in self._said:
-                    continue
-                self._said.add((what, ranks))
-                hosts = sorted({r.host for r in recs})
-                shown = f" {value}" if what == "the sampling seed" else ""
-                lines.append(f"seed collision: ranks {format_ranks(ranks)} (host(s) {', '.join(hosts)}) share "
-                             f"{what}{shown}: copies of a prompt sampled there come out identical; {REMEDY}")
+        for shared in states:
+            ranks = set(shared.ranks)
+            standing = [set(r) for r in self._said - self._withdrawn]
+            if shared.diverged_at is None and not any(ranks <= said for said in standing):
+                self._said.add(shared.ranks)
+                lines.append(self._collision(shared))
+            elif (shared.diverged_at is not None and ranks in standing
+                  and not any(len(ranks & other) > 1 for other in live)):
+                # told to fix a seed, the user should hear once that these ranks sample apart after all;
+                # ranks still sharing with one another (same seed, different prompts since) stay said
+                self._withdrawn.add(shared.ranks)
+                tag, step = shared.diverged_at
+                lines.append(f"seed collision withdrawn: ranks {format_ranks(shared.ranks)} differ in "
+                             f"{GENERATOR_NAMES[shared.generator]} at the {tag!r} audit of step {step} "
+                             "(the earlier match was likely taken before seeding)")
         return lines
+
+    def _collision(self, shared: SharedRngState) -> str:
+        hosts = sorted({self._hosts[r] for r in shared.ranks})
+        shown = f" {shared.value}" if shared.generator == "sampling_seed" else ""
+        return (f"seed collision: ranks {format_ranks(shared.ranks)} (host(s) {', '.join(hosts)}) share "
+                f"{GENERATOR_NAMES[shared.generator]}{shown}: copies of a prompt sampled there come out identical; "
+                f"{REMEDY}")

@@ -39,3 +39,33 @@ def test_watch_says_the_seed_collision_of_a_node_at_start(tmp_path):
                         + ["-m", "trainer.train", "--model", "tiny", "--steps", "1"], tmp_path)
     assert healthy.returncode == 0 and "seed collision" not in healthy.stderr
 
+
+
+def test_ranks_with_distinct_sampling_seeds_are_fine_even_if_their_torch_state_agrees():
+    # vLLM samples with the sampling seed: the torch CPU generator is not what makes the completions
+    assert SeedCheck().feed([_rng(0, 0, "same"), _rng(1, 1, "same")]) == []
+
+
+def test_a_shared_torch_state_is_named_by_generator_without_a_sampling_seed():
+    [line] = SeedCheck().feed([_rng(0, None, "same"), _rng(1, None, "same"), _rng(2, None, "other")])
+    assert "seed collision: ranks 0-1 (host(s) node-0) share the torch CPU RNG state" in line
+
+
+def _later(rank, state, step=10):
+    return Rng(rank=rank, host="node-0", pid=100 + rank, step=step, t=2.0, mono=2.0, tag="step", torch_cpu=state)
+
+
+def test_a_collision_the_next_audit_disproves_is_withdrawn_once():
+    check = SeedCheck()
+    assert len(check.feed([_rng(0, None, "default"), _rng(1, None, "default")])) == 1
+    assert check.feed([_later(0, "s0")]) == []  # rank 1's audit of that step is not in yet
+    [line] = check.feed([_later(1, "s1")])
+    assert line.startswith("seed collision withdrawn: ranks 0-1 ") and "step 10" in line
+    assert check.feed([_later(0, "t0", step=20), _later(1, "t1", step=20)]) == []
+
+
+def test_a_node_whose_ranks_still_share_in_pairs_later_is_neither_withdrawn_nor_said_again():
+    # one torch seed per node; copies of a prompt on pairs of ranks, so the pairs' states advance apart
+    check = SeedCheck()
+    assert len(check.feed([_rng(r, None, "node-seed") for r in range(4)])) == 1
+    assert check.feed([_later(r, "pair-a" if r < 2 else "pair-b") for r in range(4)]) == []
