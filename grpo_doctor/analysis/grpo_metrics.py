@@ -6,15 +6,23 @@ Rules judge each source on its own: a run passed both as a run directory and as 
 directory is judged twice rather than mixed. Within a source a step's value is the median over
 ranks; GRPO's reward statistics are global, so ranks agree on them anyway.
 
+The event log's metrics mean what its trainer means by them: ms-swift's `reward_std` is the mean of
+the group stds (unless `--scale_rewards batch`), TRL's the batch std; TRL's `frac_reward_zero_std`
+is only a batch-level flag under `--scale_rewards batch` (zero_std_shares).
+
 Typical use:
     for source, steps in step_series(evidence).items():     # steps: indexed by step, canonical columns
         for first, last, n in consecutive_runs(steps["frac_reward_zero_std"] >= 1.0):
             ...
+    zero_std_shares(evidence)["grpo-doctor"].share           # by step, 0-1: logged or from rollout records
 """
 from __future__ import annotations
 
 import math
-import re
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import PurePath
 
 import pandas as pd
 
@@ -22,8 +30,12 @@ from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.analysis.metric_logs import SWIFT
 from grpo_doctor.analysis.metric_names import canonical_frame
 from grpo_doctor.analysis.rollout_tables import EVENT_LOG_SOURCE
+from grpo_doctor.schema import Rollout
 
-_BETA_ARG = re.compile(r"^--beta(?:=(.+))?$")
+# Where a share of zero-std groups was read (ZeroStdShare.origin)
+LOGGED_SHARE = "frac_reward_zero_std"
+BATCH_FLAG = "frac_reward_zero_std, batch-level (a lower bound)"
+ROLLOUT_SHARE = "rollout records"
 
 
 def rank_metrics(ev: Evidence) -> pd.DataFrame:
@@ -33,7 +45,9 @@ def rank_metrics(ev: Evidence) -> pd.DataFrame:
         return pd.DataFrame(columns=["source", "rank", "step"])
     parts = []
     for source, rows in steps.groupby("source", sort=False):
-        group_mean = source == SWIFT or (source == EVENT_LOG_SOURCE and _launched_by_swift(ev))
+        # metric_logs.py has already named a framework log's reward_std; the event log's is named here
+        group_mean = source == SWIFT or (source == EVENT_LOG_SOURCE and launched_by_swift(ev)
+                                         and _launch_arg(ev, "--scale_rewards") != "batch")
         parts.append(canonical_frame(rows, reward_std_is="group_mean" if group_mean else "batch"))
     out = pd.concat(parts, ignore_index=True)
     return out[out["step"].notna()].astype({"step": int})
@@ -100,16 +114,12 @@ def beta_of(ev: Evidence, source: str) -> float | None:
             if log.source == source and isinstance(log.args.get("beta"), (int, float)):
                 return float(log.args["beta"])
         return None
-    for header in ev.headers.values():
-        argv = list(header.argv or [])
-        for i, arg in enumerate(argv):
-            match = _BETA_ARG.match(arg)
-            if match:
-                value = match.group(1) if match.group(1) is not None else (argv[i + 1] if i + 1 < len(argv) else "")
-                try:
-                    return float(value)
-                except ValueError:
-                    return None
+    value = _launch_arg(ev, "--beta")
+    if value is not None:
+        try:
+            return float(value)
+        except ValueError:
+            return None
     if "beta" in ev.steps.columns:
         values = pd.to_numeric(ev.steps["beta"], errors="coerce").dropna()
         if not values.empty:
@@ -124,6 +134,88 @@ def finite(value: float | None) -> float | None:
     return round(float(value), 6)
 
 
-def _launched_by_swift(ev: Evidence) -> bool:
-    """ms-swift's integration logs ms-swift's own metrics, whose reward_std is the mean of group stds."""
-    return any("swift" in " ".join(h.argv[:2]).lower() for h in ev.headers.values() if h.argv)
+def launched_by_swift(ev: Evidence) -> bool:
+    """Whether the ranks ran ms-swift's command line: `swift rlhf` (swift/cli/main.py) starts each rank as
+    `python <...>/swift/cli/rlhf.py ...`, under torch.distributed.run for several processes, and
+    `python -m swift.cli.rlhf` records the same path. So the script is a file of the swift.cli package;
+    a script below a folder merely named like it (/home/swiftuser/train.py) is not. A run built in a
+    script of one's own around ms-swift's Python API is not recognised: its metrics read as TRL's."""
+    for header in ev.headers.values():
+        parts = PurePath(header.argv[0]).parts if header.argv else ()
+        if any(parts[i:i + 2] == ("swift", "cli") for i in range(len(parts) - 2)):
+            return True
+    return False
+
+
+@dataclass(frozen=True)
+class ZeroStdShare:
+    """A source's share of groups whose rewards were all equal, per step, and where it was read."""
+
+    share: pd.Series  # by step (ascending), 0-1
+    origin: str  # LOGGED_SHARE, BATCH_FLAG (1 only when every group was zero-std) or ROLLOUT_SHARE
+
+
+def zero_std_shares(ev: Evidence) -> dict[str, ZeroStdShare]:
+    """{source: ZeroStdShare}: the logged frac_reward_zero_std, or for the event log, where that is not
+    logged or is only a batch-level flag, the ranks' rollout records (rollout_zero_std_share)."""
+    out = {}
+    for source, steps in step_series(ev).items():
+        logged = column(steps, "frac_reward_zero_std")
+        if logged is not None:
+            out[source] = ZeroStdShare(logged, BATCH_FLAG if _zero_std_is_batch_flag(ev, source) else LOGGED_SHARE)
+    from_rollouts = rollout_zero_std_share(ev.rollout_records)
+    logged = out.get(EVENT_LOG_SOURCE)
+    if not from_rollouts.empty and (logged is None or logged.origin == BATCH_FLAG):
+        out[EVENT_LOG_SOURCE] = ZeroStdShare(from_rollouts, ROLLOUT_SHARE)
+    return out
+
+
+def rollout_zero_std_share(records: Iterable[Rollout]) -> pd.Series:
+    """Per step, the ranks' zero_std_frac weighted by their groups, for steps where ranks hold whole groups.
+
+    A rank's zero_std_frac is over the groups it holds. When the copies of a prompt are spread over
+    ranks (TRL's layout whenever a rank's batch does not hold whole groups), a rank's part of a group
+    can have equal rewards while the whole group does not, and a part of one copy is left out: the
+    records do not hold the real groups' stds. So a step where two ranks hold one prompt is left out.
+    Weights: num_groups, the groups a share is over when ranks hold whole groups (less those with
+    fewer than two known rewards, which these records do not count)."""
+    by_step: dict[int, list[Rollout]] = defaultdict(list)
+    for r in records:
+        if r.step is not None:
+            by_step[r.step].append(r)
+    shares = {}
+    for step, step_records in by_step.items():
+        holders: dict[str, set[int]] = defaultdict(set)
+        for r in step_records:
+            for prompt in set(r.prompt_hashes):
+                holders[prompt].add(r.rank)
+        if any(len(ranks) > 1 for ranks in holders.values()):
+            continue
+        known = [(r.zero_std_frac, r.num_groups) for r in step_records if r.zero_std_frac is not None]
+        num_groups = sum(n for _, n in known)
+        if num_groups:
+            shares[step] = math.fsum(share * n for share, n in known) / num_groups
+    return pd.Series(shares, dtype=float).sort_index()
+
+
+def _zero_std_is_batch_flag(ev: Evidence, source: str) -> bool:
+    """TRL computes frac_reward_zero_std from the std it scales by: with scale_rewards="batch" (and
+    multi_objective_aggregation="normalize_then_sum") that is the batch's, so the share is 1 when
+    every reward of the batch is equal and 0 otherwise. ms-swift always counts groups. Known only
+    from the event log's command line: TRL's output directory keeps its arguments in a pickle."""
+    if source != EVENT_LOG_SOURCE or launched_by_swift(ev):
+        return False
+    return (_launch_arg(ev, "--scale_rewards") == "batch"
+            or _launch_arg(ev, "--multi_objective_aggregation") == "normalize_then_sum")
+
+
+def _launch_arg(ev: Evidence, name: str) -> str | None:
+    """The value of `name value` or `name=value` on the ranks' command line; None when not given."""
+    for header in ev.headers.values():
+        argv = list(header.argv or [])
+        for i, arg in enumerate(argv):
+            if arg == name:
+                return argv[i + 1] if i + 1 < len(argv) else ""
+            if arg.startswith(name + "="):
+                return arg[len(name) + 1:]
+    return None

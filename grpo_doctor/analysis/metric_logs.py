@@ -6,10 +6,16 @@ Read, by file name:
   logging.jsonl              ms-swift: one JSON object per logging step, the step in `global_step/max_steps`
                              ("5/100"); its run's args.json (same or parent directory) gives beta and scale_rewards.
   completions_*.parquet      TRL `log_completions=True` (output_dir/completions/): step, prompt, completion, one
-                             column per reward function, advantage. Needs pyarrow; without it a warning says so.
+                             column per reward function, log_extra columns, advantage. Needs pyarrow; without it
+                             a warning says so.
   completions.jsonl          ms-swift `log_completions true`: each line one logging step as columns
-                             ({"step": [...], "prompt": [...], "completion": [...], <reward func>: [...]}), or one
-                             completion per line.
+                             ({"step": [...], "prompt": [...], "completion": [...], <reward func>: [...],
+                             "advantages": [...], other logged columns}), or one completion per line.
+A completion's reward: a `reward` column holding the total (ms-swift < 3.4), else the trainers' weighted
+nansum of the reward functions' columns (None where no function scored it). The functions are those the
+step log beside the file names (`rewards/<f>/mean` in trainer_state.json, logging.jsonl), else the columns
+between completion and advantage(s); never grpo-doctor's zero-weight probe. Weights: ms-swift's
+`reward_weights` (args.json); TRL keeps its own only in training_args.bin (a pickle, not read): equal.
 A directory is searched for these too: the latest checkpoint-N/trainer_state.json (when there is no
 top-level one) and completions/*.parquet. Metric names are renamed to the vocabulary of
 metric_names.py; a trainer_state.json beside an ms-swift args.json is read as ms-swift's.
@@ -20,8 +26,10 @@ Typical use:
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,14 +37,18 @@ from typing import Any
 import pandas as pd
 
 from grpo_doctor.analysis.metric_names import canonical_frame
+from grpo_doctor.checks.groups import duplicate_rate, group_members
 
 TRL, SWIFT = "trl", "ms-swift"
 METRIC_LOG_NAMES = ("trainer_state.json", "logging.jsonl", "completions.jsonl")
 SAMPLES_PER_STEP = 8  # completions kept per step for the report; the diversity figures use all of them
 SWIFT_ARGS = ("beta", "scale_rewards", "temperature", "num_generations", "max_completion_length", "seed",
-              "dynamic_sample", "use_vllm", "vllm_mode")
+              "dynamic_sample", "use_vllm", "vllm_mode", "reward_funcs", "reward_weights")
 NONFINITE_CHECKED = ("loss", "grad_norm")  # the same name in every framework and in the canonical vocabulary
 _SKIP_ENTRY_KEYS = ("train_runtime", "train_loss", "last_model_checkpoint")  # end-of-training summaries
+# grpo-doctor's rollout probe as a reward function (rank/integrations: TRL's name, ms-swift's class): always NaN
+PROBE_COLUMNS = ("grpo_doctor_rollouts", "GrpoDoctorRollouts")
+_LOGGED_REWARD = re.compile(r"^rewards/(.+?)(?:/mean|/std)?$")  # ms-swift < 3.4 logged rewards/<f> alone
 
 
 @dataclass
@@ -62,10 +74,16 @@ def find_metric_logs(directory: Path) -> list[Path]:
     """Metric logs below `directory` that a scan of its top-level files misses (TRL keeps them in sub-directories)."""
     found = sorted((directory / "completions").glob("completions_*.parquet"))
     if not (directory / "trainer_state.json").is_file() and not (directory / "logging.jsonl").is_file():
-        states = [p for p in directory.glob("checkpoint-*/trainer_state.json") if p.parent.name[11:].isdigit()]
-        if states:  # each checkpoint holds the whole history so far: the latest is enough
-            found.append(max(states, key=lambda p: int(p.parent.name[11:])))
+        state = _latest_checkpoint_state(directory)
+        if state is not None:
+            found.append(state)
     return found
+
+
+def _latest_checkpoint_state(directory: Path) -> Path | None:
+    """Each checkpoint holds the whole history so far: the latest is enough."""
+    states = [p for p in directory.glob("checkpoint-*/trainer_state.json") if p.parent.name[11:].isdigit()]
+    return max(states, key=lambda p: int(p.parent.name[11:])) if states else None
 
 
 def read_metric_log(path: Path) -> MetricLog:
@@ -180,29 +198,114 @@ def _swift_completion_rows(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _add_completions(log: MetricLog, rows: list[dict[str, Any]]) -> None:
-    """Rows of step, prompt, completion and one numeric column per reward function (summed: the reward)."""
-    not_rewards = {"step", "prompt", "completion", "advantage", "advantages", "entropy"}
-    by_step: dict[int, dict[str, list[str]]] = {}
-    kept: dict[int, int] = {}
+    """Rows of step, prompt, completion and the reward columns (module docstring) become completions
+    (SAMPLES_PER_STEP a step) and each step's duplicate rate (over all its rows)."""
+    rows = [row for row in rows if "completion" in row]
+    if not rows:
+        return
+    total = "reward" if "reward" in rows[0] else None
+    functions = _reward_functions(log, list(rows[0]))
+    if total in functions:  # a function named `reward` (TRL names functions by __name__), not the total
+        total = None
+    by_step: dict[int, tuple[list[str], dict[str, int], list[int]]] = {}  # completions, group of prompt, group ids
     for row in rows:
         step = _as_int(row.get("step"))
-        if step is None or "completion" not in row:
+        if step is None:
             continue
         prompt, completion = _text(row.get("prompt")), _text(row.get("completion"))
-        group = by_step.setdefault(step, {}).setdefault(prompt, [])
-        group.append(completion)
-        if kept.get(step, 0) < SAMPLES_PER_STEP:
-            kept[step] = kept.get(step, 0) + 1
-            rewards = [v for k, v in row.items() if k not in not_rewards and isinstance(v, (int, float))
-                       and not isinstance(v, bool)]
-            log.completions.append({"source": log.source, "rank": None, "step": step,
-                                    "group": list(by_step[step]).index(prompt), "prompt": prompt,
-                                    "completion": completion, "reward": float(sum(rewards)) if rewards else None})
-    for step, groups in sorted(by_step.items()):
-        sizes = [len(g) for g in groups.values()]
-        dupes = [(len(g) - len(set(g))) / len(g) for g in groups.values()]
-        log.diversity.append({"step": step, "duplicate_rate": sum(dupes) / len(dupes),
-                              "num_completions": sum(sizes), "num_groups": len(sizes)})
+        completions, groups, group_ids = by_step.setdefault(step, ([], {}, []))
+        group = groups.setdefault(prompt, len(groups))
+        completions.append(completion)
+        group_ids.append(group)
+        if len(completions) <= SAMPLES_PER_STEP:
+            reward = _number(row.get(total)) if total else _weighted_sum(row, functions)
+            log.completions.append({"source": log.source, "rank": None, "step": step, "group": group,
+                                    "prompt": prompt, "completion": completion, "reward": reward})
+    for step, (completions, groups, group_ids) in sorted(by_step.items()):
+        # as checks.groups: a single completion of a prompt says nothing about duplicates
+        log.diversity.append({"step": step, "duplicate_rate": duplicate_rate(completions, group_members(group_ids)),
+                              "num_completions": len(completions), "num_groups": len(groups)})
+
+
+def _reward_functions(log: MetricLog, columns: list[str]) -> dict[str, float]:
+    """{reward function column: weight}, in the file's order (the trainers' order of functions and weights)."""
+    logged = _logged_reward_functions(log.path)
+    names = [c for c in columns if c in logged]
+    if not names:  # TRL and ms-swift write the functions' columns right after the completion, then advantage(s)
+        start = columns.index("completion") + 1
+        names = columns[start:next((i for i, c in enumerate(columns) if c in ("advantage", "advantages")),
+                                   len(columns))]
+    weights = _fitting_weights(log, names)
+    if weights is None:
+        weights = [1.0] * len(names)
+    elif len(weights) < len(names):  # the probe's weight was left out with its function (_fitting_weights)
+        names = [name for name in names if name not in PROBE_COLUMNS]
+    return {name: float(w) for name, w in zip(names, weights, strict=True) if name not in PROBE_COLUMNS}
+
+
+def _fitting_weights(log: MetricLog, names: list[str]) -> list | None:
+    """ms-swift's reward_weights for these columns, None (equal weights) where it has none that fit."""
+    weights, functions = log.args.get("reward_weights"), log.args.get("reward_funcs")
+    if weights is None:
+        return None
+    if isinstance(weights, list) and all(_number(w) is not None for w in weights):
+        if len(weights) == len(names):
+            return weights
+        if isinstance(functions, list) and len(functions) == len(weights):
+            # ms-swift 4.6 logs no rewards/GrpoDoctorRollouts/* (always NaN), so the probe may have no column
+            kept = [w for f, w in zip(functions, weights, strict=True) if f not in PROBE_COLUMNS]
+            if len(kept) == len([name for name in names if name not in PROBE_COLUMNS]):
+                return kept
+    log.warnings.append(f"{log.path}: reward_weights {weights!r} do not fit the reward columns "
+                        f"{', '.join(names)}; completion rewards are summed with equal weights")
+    return None
+
+
+def _logged_reward_functions(path: Path) -> frozenset[str]:
+    """The functions the step log beside a completions file names, empty where there is none."""
+    if path.name == "completions.jsonl":
+        log = path.parent / "logging.jsonl"
+    else:
+        out = path.parent.parent if path.parent.name == "completions" else path.parent
+        log = out / "trainer_state.json" if (out / "trainer_state.json").is_file() else _latest_checkpoint_state(out)
+    try:
+        return _reward_functions_in(log, log.stat().st_mtime_ns) if log is not None else frozenset()
+    except (OSError, ValueError):
+        return frozenset()
+
+
+@functools.lru_cache(maxsize=4)
+def _reward_functions_in(log: Path, mtime_ns: int) -> frozenset[str]:
+    """Read once per step log (and version): TRL writes one parquet file per logging step beside it."""
+    if log.name == "logging.jsonl":
+        entries = [_json_or_none(line) for line in log.read_text(errors="replace").splitlines()]
+    else:
+        state = json.loads(log.read_text(errors="replace"))
+        entries = (state.get("log_history") or []) if isinstance(state, dict) else []
+    return frozenset(m.group(1) for e in entries if isinstance(e, dict) for k in e
+                     if (m := _LOGGED_REWARD.match(str(k))))
+
+
+def _json_or_none(line: str) -> Any:
+    try:
+        return json.loads(line)
+    except ValueError:
+        return None
+
+
+def _weighted_sum(row: dict[str, Any], functions: dict[str, float]) -> float | None:
+    """The trainers' total: a nansum (a function that did not score the sample counts for nothing),
+    None where no function scored it (TRL's unscorable row)."""
+    scored = [(w, v) for name, w in functions.items() if (v := _number(row.get(name))) is not None]
+    return math.fsum(w * v for w, v in scored) if scored else None
+
+
+def _number(value: Any) -> float | None:
+    if hasattr(value, "item"):  # a numpy scalar from parquet
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        return None
+    return float(value)
 
 
 def _as_int(value: Any) -> int | None:

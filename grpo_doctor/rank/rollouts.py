@@ -22,6 +22,7 @@ Typical use:
 from __future__ import annotations
 
 import functools
+import math
 import sys
 import time
 from typing import Any
@@ -59,7 +60,7 @@ def rollouts(
     completion_ids, prompt_ids: token ids per completion, unpadded (padding changes the hash);
         when given they are hashed and measured instead of the texts. Without completion_ids
         lengths are characters and diversity is over whitespace words (about 3x slower).
-    rewards that are NaN count as unknown (left out of the reward statistics).
+    rewards that are NaN or None count as unknown (left out of the reward statistics), as in TRL.
     max_length: the generation limit in tokens (characters without completion_ids), for truncation.
     step: default the step the recorder is at (one more than the last step() call).
     num_samples: texts kept for the report, each cut to 500 characters.
@@ -154,7 +155,9 @@ def _record(rec, prompts, completions, rewards, group_ids, completion_ids, promp
 def _floats(rewards) -> list[float]:
     values = rewards.tolist() if hasattr(rewards, "tolist") else list(rewards)  # tensors, numpy arrays
     try:
-        return [float(v) for v in values]
+        # None is a reward not known: TRL's reward functions return it for samples they do not score
+        # and TRL reads it as NaN, so a None is no reason to lose the step's record.
+        return [math.nan if v is None else float(v) for v in values]
     except (TypeError, ValueError):
         bad = next(i for i, v in enumerate(values) if not _is_number(v))
         raise TypeError(f"rewards[{bad}] is {values[bad]!r}, not a number") from None

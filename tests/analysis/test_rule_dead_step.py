@@ -1,6 +1,8 @@
+import dataclasses
 import json
 
-from rolloutdata import METRIC_LOGS, assert_documented, healthy_metrics, metrics_run
+from rolloutdata import METRIC_LOGS, assert_documented, healthy_metrics, metrics_run, rollout, step
+from rundata import header, write_rank
 
 from grpo_doctor.analysis.load import load_evidence
 from grpo_doctor.analysis.rules import dead_step
@@ -47,3 +49,42 @@ def test_trl_healthy_log_with_a_zero_std_step_now_and_then_does_not_fire(tmp_pat
     state = json.loads((METRIC_LOGS / "trl_healthy" / "checkpoint-12" / "trainer_state.json").read_text())
     assert any(e["frac_reward_zero_std"] == 1.0 for e in state["log_history"])
     assert not list(dead_step.check(load_evidence([METRIC_LOGS / "trl_healthy"]), CFG))
+
+
+def _rollout_run(run_dir, zero_std_frac, prompts_of, argv=("train.py",), metrics=None):
+    """Two ranks, 8 steps of rollout records only (a custom trainer calling grpo_doctor.rollouts()), or
+    with Step records of `metrics`. prompts_of(rank, n): the prompts the rank holds, two copies each."""
+    for r in range(2):
+        records = [dataclasses.replace(header(r, world_size=2), argv=list(argv))]
+        for n in range(8):
+            copies = [p for p in prompts_of(r, n) for _ in range(2)]
+            records.append(rollout(r, n, copies, [f"c{i}" for i in range(len(copies))],
+                                   zero_std_frac=zero_std_frac(n)))
+            if metrics is not None:
+                records.append(step(r, n, **metrics))
+        write_rank(run_dir, r, records)
+    return load_evidence([run_dir])
+
+
+def test_rollout_records_alone_show_steps_where_every_group_was_zero_std(tmp_path):
+    ev = _rollout_run(tmp_path, lambda n: 1.0 if n >= 2 else 0.5, lambda r, n: [f"q{r}-{n}-{g}" for g in range(3)])
+    [f] = dead_step.check(ev, CFG)
+    assert f.evidence == {"source": "grpo-doctor", "first_step": 2, "last_step": 7, "num_steps": 6,
+                          "reason": "all groups zero-std", "frac_dead_steps": 0.75, "grad_norm_max": None,
+                          "loss_max_abs": None}
+
+
+def test_rollout_records_say_nothing_when_the_copies_of_a_prompt_are_spread_over_ranks(tmp_path):
+    ev = _rollout_run(tmp_path, lambda n: 1.0, lambda r, n: [f"q{n}-{g}" for g in range(3)])
+    assert not list(dead_step.check(ev, CFG))
+
+
+def test_with_batch_scaled_rewards_the_rank_shares_find_groups_each_constant_but_different(tmp_path):
+    # every group constant (one all 1.0, one all 0.0): the batch std is not 0, so TRL's batch-level
+    # frac_reward_zero_std reads 0.0 while no group gives an advantage (the KL term alone moves the policy)
+    ev = _rollout_run(tmp_path, lambda n: 1.0, lambda r, n: [f"q{r}-{n}-{g}" for g in range(3)],
+                      argv=("train.py", "--scale_rewards", "batch"),
+                      metrics={"frac_reward_zero_std": 0.0, "loss": 0.002, "grad_norm": 0.05})
+    [f] = dead_step.check(ev, CFG)
+    assert (f.evidence["num_steps"], f.evidence["reason"], f.evidence["grad_norm_max"]) == (
+        8, "all groups zero-std", 0.05)

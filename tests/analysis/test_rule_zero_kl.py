@@ -3,6 +3,7 @@ import json
 from rolloutdata import METRIC_LOGS, assert_documented, healthy_metrics, metrics_run, step, write_run
 from rundata import common
 
+from grpo_doctor.analysis.grpo_metrics import step_series
 from grpo_doctor.analysis.load import load_evidence
 from grpo_doctor.analysis.rules import zero_kl
 from grpo_doctor.schema import Header
@@ -67,3 +68,15 @@ def test_warm_up_from_a_zero_learning_rate_is_not_an_update(tmp_path):
     metrics = [{**m, "kl": 0.0, "lr": 0.0} for m in healthy_metrics(8)]
     assert not list(zero_kl.check(load_evidence([write_run(tmp_path, {0: [step(0, n, **m) for n, m in
                                                                           enumerate(metrics)]})]), CFG))
+
+
+def test_verl_kl_loss_logged_as_zero_with_the_kl_loss_off_is_not_a_zero_kl(tmp_path):
+    # verl's actor metrics start from {"actor/pg_loss": 0.0, "actor/kl_loss": 0.0} and add actor/kl_coef
+    # only with use_kl_loss; a trainer passing them to grpo_doctor.step() records them as they are
+    metrics = [{"actor/pg_loss": 0.01 * (n % 3) - 0.01, "actor/kl_loss": 0.0, "actor/grad_norm": 0.8 + 0.1 * n,
+                "actor/lr": 1e-6, "actor/entropy": 2.5 - 0.02 * n, "actor/pg_clipfrac": 0.01,
+                "critic/score/mean": 0.2 + 0.01 * n, "critic/advantages/mean": 0.0,
+                "response_length/mean": 300.0, "response_length/clip_ratio": 0.02} for n in range(10)]
+    ev = load_evidence([metrics_run(tmp_path, metrics)])
+    assert not list(zero_kl.check(ev, CFG))
+    assert "kl" not in step_series(ev)["grpo-doctor"]  # actor/kl_loss is not read as the KL

@@ -83,7 +83,7 @@ def test_bad_input_records_nothing_says_so_once_and_training_goes_on(tmp_path):
         import grpo_doctor as gd
         gd.init("run")
         print(gd.rollouts(["p", "p"], ["a", "b"], [1.0]))                     # a reward missing
-        print(gd.rollouts(["p", "p"], ["a", "b"], [1.0, None]))               # None reward
+        print(gd.rollouts(["p", "p"], ["a", "b"], [1.0, "high"]))             # not a number
         print(gd.rollouts(["p", "p"], ["a", None], [1.0, 0.0]))               # not text
         print(gd.rollouts(["p"], ["a"], [1.0], completion_ids=[[2**40]]))     # not a token id
         print(gd.rollouts(["p"], ["a"], [1.0], max_length=0))
@@ -98,13 +98,31 @@ def test_bad_input_records_nothing_says_so_once_and_training_goes_on(tmp_path):
     assert log.of_kind(Rollout) == [] and log.of_kind(Step)[0].metrics == {"loss": 1.0}
 
 
-def test_a_none_reward_is_named_in_the_warning(tmp_path):
+def test_a_reward_that_is_not_a_number_is_named_in_the_warning(tmp_path):
     out = run_program(tmp_path, """
         import grpo_doctor as gd
         gd.init("run")
-        gd.rollouts(["p", "p"], ["a", "b"], [1.0, None])
+        gd.rollouts(["p", "p"], ["a", "b"], [1.0, "high"])
     """)
-    assert "rewards[1] is None, not a number" in out.stderr
+    assert "rewards[1] is 'high', not a number" in out.stderr
+
+
+def test_a_none_reward_is_unknown_like_in_trl_and_later_steps_are_still_recorded(tmp_path):
+    # TRL reward functions return None for samples they do not score; TRL reads None as NaN.
+    out = run_program(tmp_path, """
+        import grpo_doctor as gd
+        gd.init("run")
+        gd.rollouts(["p", "p", "q", "q"], ["a", "b", "c", "d"], [1.0, None, 0.5, 0.5], step=0)
+        gd.rollouts(["p", "p"], ["a", "b"], [None, None], step=1)
+        gd.rollouts(["p", "p"], ["a", "b"], [1.0, 0.0], step=2)
+    """)
+    assert out.returncode == 0 and out.stderr == "", out.stderr
+    first, unscored, third = rollout_records(tmp_path / "run")
+    assert first.reward_mean == pytest.approx(2 / 3)  # the None left out, as TRL's nanmean does
+    assert first.zero_std_frac == 1.0  # group p has one known reward: no spread to judge
+    assert first.samples[1]["reward"] != first.samples[1]["reward"]  # NaN: not known
+    assert (unscored.reward_mean, unscored.zero_std_frac) == (None, None)
+    assert (third.step, third.zero_std_frac) == (2, 0.0)
 
 
 def test_with_recording_off_it_does_nothing(tmp_path):
@@ -148,7 +166,7 @@ def test_across_ranks_each_rank_counts_its_completions_another_rank_also_sampled
         gd.rollouts(prompts, completions, [1.0, 0.0, 1.0, 0.0], compare_across_ranks=True)
         gd.step(0)
         # Rank 1's input is bad: it records nothing but still joins the gather (no hang).
-        gd.rollouts(prompts, completions, [1.0, 0.0, 1.0, None if rank else 0.0], compare_across_ranks=True)
+        gd.rollouts(prompts, completions, [1.0, 0.0, 1.0, "bad" if rank else 0.0], compare_across_ranks=True)
         gd.step(1)
         gd.rollouts(prompts, ["same"] * 4, [1.0, 0.0, 1.0, 0.0], compare_across_ranks=True)
         gd.step(2)

@@ -1,10 +1,14 @@
 """`dead-step`: for several logged steps in a row the policy got no learning signal at all (CASES.md case 2).
 
-A step is dead when every group's rewards were equal (`frac_reward_zero_std` = 1: every advantage
+A step is dead when every group's rewards were equal (a zero-std share of 1: every advantage
 is 0), or when the gradient norm is 0 and the loss is 0 too. A loss near 0 alone is normal in
 GRPO (the advantages of a group sum to zero) and is never enough. Read per source (the event log,
 TRL's trainer_state.json, ms-swift's logging.jsonl); the longest run of consecutive logged dead
-steps of at least `min_consecutive_steps` is reported.
+steps of at least `min_consecutive_steps` is reported. The share is zero-std-groups'
+(grpo_metrics.zero_std_shares): the logged `frac_reward_zero_std`, else the ranks' rollout records
+where ranks hold whole groups (a trainer that only calls grpo_doctor.rollouts() is judged too), and
+the records first under TRL's `--scale_rewards batch`, whose logged flag misses groups each constant
+but different from one another (its 1 still means every group was).
 
 Evidence keys: `source`, `first_step`, `last_step`, `num_steps` (the run's length), `reason`
 ("all groups zero-std", "zero gradient and loss" or both joined by " + "), `frac_dead_steps`
@@ -19,7 +23,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from grpo_doctor.analysis.findings import Finding
-from grpo_doctor.analysis.grpo_metrics import column, finite, longest_run, step_series
+from grpo_doctor.analysis.grpo_metrics import column, finite, longest_run, step_series, zero_std_shares
 from grpo_doctor.analysis.load import Evidence
 
 ID = "dead-step"
@@ -44,8 +48,12 @@ class Config:
 
 
 def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
-    for source, steps in step_series(run).items():
-        zero_std = _flag(steps, "frac_reward_zero_std", lambda v: v >= cfg.zero_std_share)
+    series, shares = step_series(run), zero_std_shares(run)
+    for source in dict.fromkeys([*series, *shares]):  # a trainer may record rollouts and no Step metrics
+        share = shares[source].share if source in shares else pd.Series(dtype=float)
+        steps = series.get(source, pd.DataFrame())
+        steps = steps.reindex(steps.index.union(share.index))
+        zero_std = (share.reindex(steps.index) >= cfg.zero_std_share).fillna(False).astype(bool)
         grad, loss = column(steps, "grad_norm"), column(steps, "loss")
         no_grad = pd.Series(False, index=steps.index)
         if grad is not None and loss is not None:
@@ -68,9 +76,3 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
                       "loss_max_abs": finite(window["loss"].abs().max()) if loss is not None else None},
             hints=HINTS,
         )
-
-
-def _flag(steps: pd.DataFrame, name: str, test) -> pd.Series:
-    if column(steps, name) is None:
-        return pd.Series(False, index=steps.index)
-    return test(steps[name]).fillna(False).astype(bool)
