@@ -131,8 +131,9 @@ class Trainer:
         lengths = comp.completion_mask.sum(dim=1).tolist()  # up to and including EOS, as the loss counts
         ids = [row[:k] for row, k in zip(comp.completion_ids.tolist(), lengths, strict=True)]
         groups = [(first + i) // self.cfg.num_generations for i in range(len(prompts))]  # global group index
+        # Every rank records each step, so the cross-rank hash gather (2 KiB per rank) is safe here.
         gd.rollouts(prompts, comp.texts, rewards, groups, completion_ids=ids, max_length=self.cfg.max_new_tokens,
-                    temperature=self.cfg.temperature, step=n)
+                    temperature=self.cfg.temperature, step=n, compare_across_ranks=True)
 
 
 def frac_identical_groups(samples: list, num_generations: int) -> float:
@@ -156,7 +157,8 @@ def build_trainer(cfg: TrainConfig, info: DistInfo, workdir: Path) -> Trainer:
         vllm = VLLMRollout(model_dir, tokenizer, cfg, seed=sampling_seed)
     engine = build_engine(policy, cfg, info)
     torch.manual_seed(cfg.seed + sampling_rank)
-    gd.seed_audit("init", sampling_seed=sampling_seed)  # before the first rollout, as a collision must be seen
+    # Before the first rollout, as a collision must be seen; rank 0 prints ranks sharing a seed.
+    gd.seed_audit("init", sampling_seed=sampling_seed, compare_across_ranks=True)
     return Trainer(cfg, info, engine, reference.to(info.device), tokenizer, injector, sampling_seed, vllm)
 
 

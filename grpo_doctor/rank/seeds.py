@@ -11,11 +11,12 @@ pass the rollout engine's seed (vLLM's `seed`) as `sampling_seed`.
 
 Call it once the seeds are set, before the first rollout, and again every N steps (states
 advance as they are used: ranks that started equal and stay equal are still colliding). It
-costs about 0.3 ms of CPU (torch, numpy and `random` all present; docs/benchmarks.md).
+costs about 0.3 ms of CPU (torch, numpy and `random` all present; docs/benchmarks.md). With
+`compare_across_ranks=True` (the first audit, say) rank 0 also prints the ranks sharing a seed.
 
 Typical use:
     torch.manual_seed(seed + rank)
-    gd.seed_audit("init", sampling_seed=seed + rank)
+    gd.seed_audit("init", sampling_seed=seed + rank, compare_across_ranks=True)
     for n in range(num_steps):
         if n and n % 10 == 0:
             gd.seed_audit("step", sampling_seed=seed + rank)
@@ -29,6 +30,7 @@ from array import array
 
 from grpo_doctor.checks.hashing import hash_bytes
 from grpo_doctor.rank import api
+from grpo_doctor.rank.seed_gather import say_shared_seeds
 from grpo_doctor.schema import Rng
 
 
@@ -37,12 +39,22 @@ def seed_audit(
     sampling_seed: int | None = None,
     tp_rank: int | None = None,
     tp_group: int | None = None,
+    compare_across_ranks: bool = False,
 ) -> Rng | None:
     """Record the fingerprints; returns the record, None when recording is off or it failed.
 
     sampling_seed: the seed the rollout engine samples with. tp_rank, tp_group: this rank's
     place in its tensor-parallel group, when one is used (its ranks should share sampling).
+    compare_across_ranks: also gather every rank's audit now (a collective: every rank must call
+    it here) and print from rank 0 the ranks that share a seed (seed_gather.py).
     """
+    record = _audit(tag, sampling_seed, tp_rank, tp_group)
+    if compare_across_ranks and not api.turned_off_by_user():  # the same on every rank: all gather, or none
+        say_shared_seeds(record)
+    return record
+
+
+def _audit(tag: str, sampling_seed: int | None, tp_rank: int | None, tp_group: int | None) -> Rng | None:
     rec = api.current_recorder()
     if rec is None:
         return None

@@ -44,7 +44,7 @@ PANELS = (
     ("entropy", ("entropy",)),
     ("completion length (tokens)", ("completion_length_mean",)),
     ("share truncated at the limit", ("clipped_frac",)),
-    ("diversity", ("duplicate_rate", "cross_rank_duplicate_frac", "distinct_1", "distinct_2")),
+    ("diversity", ("duplicate_rate", "cross_rank_duplicate_frac", "distinct_1", "distinct_2", "edit_distance")),
     ("rollout vs trainer log-probs", ("rollout_logprob_diff", "rollout_kl", "rollout_prob_diff")),
 )
 MAX_SAMPLE_STEPS = 3  # steps whose sampled completions are shown: the first, the middle and the last
@@ -70,6 +70,7 @@ def metric_series(ev: Evidence) -> dict[str, pd.DataFrame]:
         extra = {"completion_length_mean": _pooled(ev.rollouts, "length_mean"),
                  "clipped_frac": _pooled(ev.rollouts, "truncated_frac"),
                  "distinct_1": _pooled(ev.rollouts, "distinct_1"), "distinct_2": _pooled(ev.rollouts, "distinct_2"),
+                 "edit_distance": _pooled(ev.rollouts, "edit_distance"),
                  "duplicate_rate": duplicate_rates(ev.rollout_records)}
         for name, values in extra.items():
             if values is not None and not values.empty and (name not in frame or frame[name].isna().all()):

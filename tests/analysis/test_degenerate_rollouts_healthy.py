@@ -24,15 +24,18 @@ def test_a_healthy_instrumented_run_gives_none_of_them(tmp_path):
     assert _ids([write_run(tmp_path, per_rank)]) == []
 
 
-@pytest.mark.parametrize("name", ["trl_healthy", "trl_beta0", "swift_healthy"])
+@pytest.mark.parametrize("name", ["trl_healthy", "trl_beta0", "swift_healthy", "swift46_probe"])
 def test_healthy_framework_logs_give_none_of_them(name):
     assert _ids([METRIC_LOGS / name]) == []
 
 
 @pytest.mark.distributed
 def test_the_reference_trainer_healthy_over_three_seeds_gives_none_of_them(launch_trainer, tmp_path):
+    # Batch 2 < 4 generations: the copies of each prompt are spread over both ranks, so the
+    # cross-rank hash comparison of seed-collision is exercised too, not only the per-rank rules.
     for seed in (0, 1, 2):
-        result = launch_trainer(tmp_path / f"seed{seed}", "--steps", "10", "--seed", str(seed), nproc=2)
+        result = launch_trainer(tmp_path / f"seed{seed}", "--steps", "10", "--seed", str(seed),
+                                "--per-device-batch", "2", nproc=2)
         assert result.returncode == 0, result.explain()
         assert _ids([tmp_path / f"seed{seed}"]) == [], f"seed {seed}"
 
@@ -58,5 +61,7 @@ def test_the_reference_trainer_with_one_seed_per_node_gets_seed_collision_on_exa
     findings, _ = run_rules(load_evidence([tmp_path / "run"]))
     [collision] = [f for f in findings if f.id == "seed-collision"]
     assert collision.severity == "critical" and collision.ranks == (0, 1, 2, 3)
-    assert collision.evidence["rank_sets"] == [[0, 1], [2, 3]]  # the ranks holding copies of the same prompts
+    # The hashes show the pairs that held copies of the same prompts; the seed audits join them into the node.
+    assert collision.evidence["hash_rank_sets"] == [[0, 1], [2, 3]]
+    assert collision.evidence["rank_sets"] == [[0, 1, 2, 3]] and collision.evidence["lines_up_with_hosts"] is True
     assert collision.evidence["identical_frac"] == 1.0 and "device_specific=True" in collision.hints[0]

@@ -1,8 +1,9 @@
-"""The TRL integration on the real GRPOTrainer (trl_grpo.py): one process, and two under torchrun.
+"""The TRL integration on the real GRPOTrainer (trl_grpo.py): one process, and two under `accelerate launch`.
 
 Each run is a real TRL training of 3 steps on CPU (about 20 s for one process, 40 s for two);
-its run directory is read back and given to `grpo-doctor report`. The degenerate-rollout rules
-are checked by id: a rule that is not in the registry yet makes its positive check an xfail.
+its run directory is read back and given to `grpo-doctor report`. Two processes are started the
+way TRL's own documentation starts them, `accelerate launch` (its torch.distributed launcher,
+gloo on CPU: `--multi_gpu` picks that launcher, and the script's `use_cpu` keeps it on CPU).
 """
 import json
 import subprocess
@@ -13,7 +14,6 @@ from pathlib import Path
 import pytest
 from helpers import REPO, LaunchedRun, clean_env
 
-from grpo_doctor.analysis.rules import RULES
 from grpo_doctor.cli.main import main
 from grpo_doctor.eventlog import RunLog
 from grpo_doctor.schema import PhaseBegin, Rng, Rollout, Step
@@ -25,10 +25,12 @@ TIMEOUT_S = 180
 
 
 def run_trl(tmp: Path, *args: str, nproc: int = 0) -> LaunchedRun:
-    """python trl_grpo.py ARGS, or under torchrun with nproc processes (gloo, CPU)."""
+    """python trl_grpo.py ARGS, or `accelerate launch` with nproc processes (gloo, CPU)."""
     launcher = [sys.executable]
     if nproc:
-        launcher += ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc)]
+        launcher += ["-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(nproc),
+                     "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+                     "--main_process_port", "0"]
     cmd = [*launcher, str(SCRIPT), "--run-dir", str(tmp / "run"), "--out-dir", str(tmp / "out"),
            "--steps", str(STEPS), *args]
     began = time.monotonic()
@@ -40,11 +42,6 @@ def run_trl(tmp: Path, *args: str, nproc: int = 0) -> LaunchedRun:
 def finding_ids(run_dir: Path, capsys) -> set[str]:
     main(["report", str(run_dir), "--json"])
     return {f["id"] for f in json.loads(capsys.readouterr().out)["findings"]}
-
-
-def require_rule(rule_id: str) -> None:
-    if rule_id not in {rule.ID for rule in RULES}:
-        pytest.xfail(f"rule {rule_id} is not registered yet (grpo_doctor/analysis/rules/__init__.py)")
 
 
 def rollouts_by_step(run: RunLog, rank: int) -> dict[int, Rollout]:
@@ -113,6 +110,7 @@ def test_two_processes_sample_different_completions_for_the_copies_of_one_prompt
         assert not set(a.completion_hashes) & set(b.completion_hashes)
     inits = [next(r for r in run.ranks[rank].of_kind(Rng) if r.tag == "init") for rank in (0, 1)]
     assert inits[0].torch_cpu != inits[1].torch_cpu  # TRL's set_seed(seed, device_specific=True)
+    assert "seed collision" not in two_healthy.output
     assert not finding_ids(two_healthy.run_dir, capsys) & DEGENERATE
 
 
@@ -129,14 +127,15 @@ def test_one_seed_on_both_processes_makes_the_copies_of_a_prompt_identical_acros
         assert rank0[n].duplicate_rate == 0.0  # inside one rank the copies still differ: only ranks collide
     inits = [next(r for r in run.ranks[rank].of_kind(Rng) if r.tag == "init") for rank in (0, 1)]
     assert inits[0].torch_cpu == inits[1].torch_cpu
+    # Said at train begin by rank 0 (the callback gathers the first audit), without watch or report.
+    said = [line for line in two_same_seed.output.splitlines() if "seed collision" in line]
+    assert len(said) == 1 and "ranks 0-1" in said[0] and "torch CPU RNG state" in said[0], said
 
 
-# Needs the seed-collision rule (issue 5, being written separately): an xfail until it is registered.
 @pytest.mark.slow
 @pytest.mark.distributed
 def test_report_names_seed_collision_on_both_ranks_of_the_same_seed_run(two_same_seed, capsys):
     assert two_same_seed.returncode == 0, two_same_seed.explain()
-    require_rule("seed-collision")
     main(["report", str(two_same_seed.run_dir), "--json"])
     findings = json.loads(capsys.readouterr().out)["findings"]
     collision = next((f for f in findings if f["id"] == "seed-collision"), None)

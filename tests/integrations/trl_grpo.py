@@ -2,13 +2,13 @@
 
 A tiny random Llama and a character tokenizer are built here (nothing is downloaded); the
 reward is a rule (the share of digits in the completion). One process, or several under
-torchrun (gloo). `--same-seed` reseeds every process alike after the trainer is built, undoing
+`accelerate launch` or torchrun (gloo). `--same-seed` reseeds every process alike after the trainer is built, undoing
 TRL's per-process seed (`set_seed(seed, device_specific=True)`): the copies of a prompt that
 TRL spreads over the processes then come out identical, as in case 2 of CASES.md.
 
 Typical use:
     python tests/integrations/trl_grpo.py --run-dir /tmp/run --out-dir /tmp/out
-    python -m torch.distributed.run --nproc-per-node 2 tests/integrations/trl_grpo.py \
+    accelerate launch --multi_gpu --num_processes 2 tests/integrations/trl_grpo.py \
         --run-dir /tmp/run --out-dir /tmp/out --batch 4 --num-generations 8 --same-seed
 """
 from __future__ import annotations

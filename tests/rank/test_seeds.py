@@ -1,13 +1,20 @@
 """gd.seed_audit(): fingerprints of the random generators, equal exactly when the states are."""
 import random
+import subprocess
+import sys
 
 import numpy as np
+import pytest
 import torch
-from helpers import run_program
+from helpers import clean_env, run_program, write_program
 
 from grpo_doctor.eventlog import load_run
 from grpo_doctor.rank.seeds import fingerprints
 from grpo_doctor.schema import Rng
+
+
+def torchrun(prog, nproc: int) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc), str(prog)]
 
 
 def seeded(seed: int) -> dict:
@@ -79,3 +86,43 @@ def test_a_bad_argument_is_one_line_and_no_record(tmp_path):
     (line,) = out.stderr.strip().splitlines()
     assert "seed_audit('init') recorded nothing" in line
     assert load_run([tmp_path / "run"]).ranks[0].of_kind(Rng) == []
+
+
+@pytest.mark.distributed
+def test_the_first_audit_compared_across_ranks_is_said_once_by_rank_0(tmp_path):
+    prog = write_program(tmp_path, """
+        import os, sys, torch, torch.distributed as dist, grpo_doctor as gd
+        dist.init_process_group("gloo")
+        rank = dist.get_rank()
+        if rank == 2:  # this rank cannot record (its run dir is a file) but still takes part in the gather
+            open("blocked", "w").close()
+        gd.init("blocked" if rank == 2 else "run")
+        torch.manual_seed(0 if rank < 2 else rank)  # ranks 0 and 1 share a seed, rank 2 does not
+        gd.seed_audit("init", compare_across_ranks=True)
+        gd.seed_audit("init", sampling_seed=rank, compare_across_ranks=True)  # distinct seeds: nothing said
+        dist.destroy_process_group()
+    """)
+    out = subprocess.run(torchrun(prog, 3), env=clean_env(OMP_NUM_THREADS="1"), cwd=tmp_path, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    said = [line for line in out.stderr.splitlines() if "seed collision" in line]
+    assert len(said) == 1 and said[0].startswith("grpo-doctor[rank 0]: seed collision: ranks 0-1 "), out.stderr
+    assert "torch CPU RNG state" in said[0]
+
+
+@pytest.mark.distributed
+def test_with_recording_turned_off_no_rank_gathers(tmp_path):
+    # Rank 1 never calls seed_audit: were rank 0 to gather anyway, it would wait until the timeout.
+    prog = write_program(tmp_path, """
+        import datetime, torch.distributed as dist, grpo_doctor as gd
+        dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=20))
+        gd.init("run")
+        if dist.get_rank() == 0:
+            gd.seed_audit("init", compare_across_ranks=True)
+        dist.barrier()
+        dist.destroy_process_group()
+    """)
+    out = subprocess.run(torchrun(prog, 2), env=clean_env(OMP_NUM_THREADS="1", GRPO_DOCTOR_DISABLE="1"),
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert not (tmp_path / "run").exists()

@@ -7,8 +7,9 @@ import jinja2
 from hostile import IMG, SCRIPT
 
 from grpo_doctor.analysis.load import load_evidence
+from grpo_doctor.analysis.rollout_tables import EVENT_LOG_SOURCE
 from grpo_doctor.report.render import TEMPLATES
-from grpo_doctor.report.rollout_plots import rollout_section
+from grpo_doctor.report.rollout_plots import PANELS, metric_series, rollout_section
 from grpo_doctor.schema import Rollout, RunPaths, Step
 
 METRIC_LOGS = Path(__file__).resolve().parents[1] / "data" / "metric_logs"
@@ -85,3 +86,10 @@ def test_a_run_without_grpo_metrics_or_rollouts_has_no_section(tmp_path):
     ev = load_evidence([write_run(tmp_path, {0: [step(0, 0, tokens_per_s=100.0)]})])
     assert rollout_section(ev) is None
     assert _render(None).strip().startswith("{#") is False and "<h2" not in _render(None)
+
+
+def test_the_diversity_panel_draws_every_rollout_diversity_measure_including_edit_distance(tmp_path):
+    series = metric_series(_run(tmp_path, lambda r, n, i: f"answer {r}-{n}-{i}"))[EVENT_LOG_SOURCE]
+    assert series["edit_distance"].tolist() == [0.8] * 4 and series["distinct_2"].tolist() == [1.0] * 4
+    diversity = dict(PANELS)["diversity"]
+    assert {"duplicate_rate", "distinct_1", "distinct_2", "edit_distance"} <= set(diversity)

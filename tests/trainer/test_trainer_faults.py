@@ -5,6 +5,8 @@ import math
 
 import pytest
 
+from grpo_doctor.analysis.load import load_evidence
+from grpo_doctor.analysis.rules import run_rules
 from grpo_doctor.schema import PhaseBegin, PhaseEnd, Rollout, Step
 
 pytestmark = pytest.mark.distributed
@@ -82,6 +84,15 @@ def test_nan_loss_starts_on_its_rank_and_spreads_through_the_gradient_all_reduce
     assert math.isnan(loss1[2]) and math.isfinite(loss0[2])
     assert math.isnan(loss0[3]) and math.isnan(loss1[3])  # the NaN weights reached rank 0
     assert math.isnan(metric(ranks[0], "grad_norm")[2])
+
+
+def test_the_report_names_the_nan_loss_at_the_injected_step(constant_reward_and_nan):
+    findings, _ = run_rules(load_evidence([constant_reward_and_nan.run_dir]))
+    by_id = {f.id: f for f in findings}
+    nan = by_id["nan-loss"]
+    # Step 2: rank 1's loss, and both ranks' gradient norm after the all_reduce spread it.
+    assert (nan.severity, nan.step, nan.ranks) == ("critical", 2, (0, 1))
+    assert nan.evidence["metrics"][0] == "loss" and nan.evidence["last_finite_loss"] is not None
 
 
 def test_hang_leaves_its_phase_open_until_the_collective_timeout_ends_the_job(launch_trainer, tmp_path):

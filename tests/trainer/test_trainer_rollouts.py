@@ -41,6 +41,20 @@ def test_healthy_ranks_sample_different_completions_of_the_same_prompt(healthy):
         assert mine.completion_hashes != theirs.completion_hashes
 
 
+def test_the_ranks_own_gather_sees_the_copies_collide_as_they_are_sampled(same_seed, healthy):
+    # compare_across_ranks: each step's hashes gathered on the ranks, the share found on another rank logged.
+    for result, expected in ((same_seed, 1.0), (healthy, 0.0)):
+        for rank, steps in per_rank(result, Step).items():
+            assert [s.metrics["cross_rank_duplicate_frac"] for s in steps] == [expected] * 3, rank
+
+
+def test_rank_0_says_the_shared_seed_before_the_first_rollout_without_watch(same_seed, healthy):
+    said = [line for line in same_seed.output.splitlines() if "seed collision" in line]
+    assert len(said) == 1 and "ranks 0-1" in said[0] and "the sampling seed 0" in said[0], same_seed.output[-3000:]
+    assert "set_seed(seed, device_specific=True)" in said[0]
+    assert "seed collision" not in healthy.output
+
+
 def test_the_seed_audit_shows_the_shared_seed_and_its_absence(same_seed, healthy):
     shared, apart = per_rank(same_seed, Rng), per_rank(healthy, Rng)
     for audits in (shared, apart):

@@ -10,7 +10,8 @@ TRL's GRPOTrainer and ms-swift's trainers are Trainers, so this one callback ser
 - a "train-step" phase around each optimizer step (a rank stuck inside a step shows it);
 - a memory snapshot after every `memory_every` steps and a seed audit at train begin and after
   every `seed_audit_every` steps, with the vLLM seed and tensor-parallel place where TRL or
-  ms-swift colocate vLLM (both seed it with process_index // vllm_tensor_parallel_size).
+  ms-swift colocate vLLM (both seed it with process_index // vllm_tensor_parallel_size); the
+  train-begin audit is gathered across ranks, and rank 0 prints any ranks sharing a seed.
 
 Step numbers are the Trainer's: records made during the optimizer step that ends with
 `state.global_step == n` carry step n. Evaluation and end-of-training summaries are not a
@@ -27,6 +28,7 @@ import os
 from transformers import TrainerCallback
 
 import grpo_doctor as gd
+from grpo_doctor.rank import api
 
 STEP_PHASE = "train-step"
 PROBE_NAME = "grpo_doctor_rollouts"  # the rollout probe's name as a reward function (trl.py, swift.py)
@@ -55,12 +57,15 @@ class GrpoDoctorCallback(TrainerCallback):
 
     def on_train_begin(self, args, state, control, **kwargs):
         was_recording = gd.is_recording()
-        if gd.init(self.run_dir) is None:
-            return
-        self._owns_recording = not was_recording
-        gd.set_step(state.global_step + 1)
+        recording = gd.init(self.run_dir) is not None
+        if not recording and api.turned_off_by_user():
+            return  # and no collective either: every process reads the same setting
+        self._owns_recording = recording and not was_recording
+        if recording:
+            gd.set_step(state.global_step + 1)
         self._sampling = sampling_place(args)
-        gd.seed_audit("init", **self._sampling)
+        # Every process takes part in the comparison, even one whose recording failed to start: a collective.
+        gd.seed_audit("init", **self._sampling, compare_across_ranks=True)
 
     def on_step_begin(self, args, state, control, **kwargs):
         self._record_unlogged_step()

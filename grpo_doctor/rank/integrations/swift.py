@@ -12,7 +12,8 @@ imports the file by its name: call yours anything but swift.py). `register()`, c
   swift/plugin/orm.py), a reward function named in `--reward_funcs` with weight 0 in
   `--reward_weights`. ms-swift calls it on every rank as `probe(completions, **kwargs)` with that
   rank's samples: `messages` (the conversation, the completion last), `trainer_state`, the
-  dataset's columns and from 4.0 `response_token_ids` (swift/rl_core/grpo_algorithm.py,
+  dataset's columns and from 4.0 `response_token_ids`, flat for one turn, a list per turn for
+  several (swift/rl_core/grpo_algorithm.py,
   `compute_rewards_per_func`; swift/rl_core/data.py, `to_reward_row`). It answers None, which
   ms-swift turns into NaN and leaves out of its weighted nansum: training is unchanged (ms-swift
   logs `rewards/GrpoDoctorRollouts/mean|std` as NaN; the callback drops them). Groups
@@ -23,9 +24,9 @@ with NaN rewards (completion hashes, groups, lengths and diversity are complete:
 `frac_reward_zero_std` reach the Step records through the callback. Evaluation rollouts are
 recorded too: a reward function cannot tell them from training's.
 
-Not run against ms-swift here (it is not a dependency of grpo-doctor): the registries and the
-call convention above are read from ms-swift 4.6.0.dev0 (commit 3602360a, August 2026) and 3.x
-(before the v4 refactor, commit 67ae6076).
+Run against ms-swift 4.6.0 (tests/integrations/test_swift_run.py: `swift rlhf` on CPU, one
+process, in its own environment); the 3.x registries are read from its source (before the v4
+refactor, commit 67ae6076) and have not been run.
 
 Typical use, a plugin file grpo_doctor_plugin.py:
     from grpo_doctor.rank.integrations.swift import register
@@ -76,8 +77,8 @@ class GrpoDoctorRollouts:  # the name ms-swift logs its rewards under: callback.
         n = len(completions)
         prompts = [as_text(m[:-1]) for m in messages] if messages is not None else [""] * n
         ids = None
-        if response_token_ids and all(response_token_ids):  # one list of ids per turn of each sample
-            ids = [[token for turn in sample for token in turn] for sample in response_token_ids]
+        if response_token_ids and all(response_token_ids):
+            ids = [_joined_turns(sample) for sample in response_token_ids]
         args = self.args
         num_generations = getattr(args, "num_generations", None)
         group_ids = layout_group_ids(prompts, _process_index(), num_generations) if num_generations else None
@@ -122,6 +123,14 @@ def _swift_registries() -> tuple[dict | None, dict, list | None]:
         raise ImportError("grpo_doctor.rank.integrations.swift.register() needs ms-swift in this environment "
                           "(pip install ms-swift); or pass the registries to fill") from None
     return None, orms, extra_callbacks
+
+
+def _joined_turns(sample: list) -> list[int]:
+    """A sample's completion ids: ms-swift hands a single-turn rollout's ids flat (vLLM's
+    `choice.token_ids`) and a multi-turn one's as a list per turn, although both are typed List[List[int]]."""
+    if isinstance(sample[0], int):
+        return sample
+    return [token for turn in sample for token in turn]
 
 
 def _process_index() -> int:

@@ -49,14 +49,20 @@ def instrument(
     seed_audit_every: int = 10,
     memory_every: int = 1,
     num_samples: int = 4,
+    compare_across_ranks: bool = False,
 ):
-    """Record this GRPOTrainer's run with grpo-doctor; returns the same trainer. Call before train()."""
+    """Record this GRPOTrainer's run with grpo-doctor; returns the same trainer. Call before train().
+
+    compare_across_ranks: also gather every rank's completion hashes each step (one all_gather of
+    2 KiB per rank, inside TRL's reward computation, which every rank runs in step) and log
+    `cross_rank_duplicate_frac`; every process must be instrumented alike.
+    """
     if any(isinstance(f, RolloutProbe) for f in trainer.reward_funcs):
         api._say("instrument(trainer) ignored: this trainer is already instrumented")
         return trainer
     import torch  # TRL has imported it already
 
-    probe = RolloutProbe(trainer, num_samples=num_samples)
+    probe = RolloutProbe(trainer, num_samples=num_samples, compare_across_ranks=compare_across_ranks)
     trainer.reward_funcs.append(probe)
     trainer.reward_func_names.append(PROBE_NAME)
     trainer.reward_processing_classes.append(None)
@@ -86,9 +92,10 @@ class RolloutProbe:
 
     __name__ = PROBE_NAME  # TRL names reward functions by __name__
 
-    def __init__(self, trainer, *, num_samples: int = 4) -> None:
+    def __init__(self, trainer, *, num_samples: int = 4, compare_across_ranks: bool = False) -> None:
         self.trainer = trainer
         self.num_samples = num_samples
+        self.compare_across_ranks = compare_across_ranks
         self.rewards_read_later = False
         self._batch: _Batch | None = None
 
@@ -106,21 +113,22 @@ class RolloutProbe:
         batch, self._batch = self._batch, None
         if batch is None:
             return
+        trainer, args = self.trainer, self.trainer.args
+        rewards, group_ids = [math.nan] * len(batch.completions), None
         try:
-            n = len(batch.completions)
-            trainer, args = self.trainer, self.trainer.args
             index = trainer.accelerator.process_index
-            rewards = _rank_rewards(rewards_per_func, trainer.reward_weights, index, n)
+            rewards = _rank_rewards(rewards_per_func, trainer.reward_weights, index, len(batch.completions))
             group_ids = layout_group_ids(batch.prompts, index, trainer.num_generations)
             if group_ids is None:
                 api._say("rollouts: prompts do not follow TRL's RepeatSampler layout; grouping equal "
                          "consecutive prompts instead")
         except Exception as exc:  # an observer must not stop training
-            api._say(f"rollouts not recorded ({type(exc).__name__}: {exc})")
-            return
+            api._say(f"rollouts recorded without rewards and groups ({type(exc).__name__}: {exc})")
+        # Called on every rank whatever happened above: with compare_across_ranks, the others wait in its gather.
         gd.rollouts(batch.prompts, batch.completions, rewards, group_ids, completion_ids=batch.completion_ids,
-                    max_length=args.max_completion_length, temperature=args.temperature, step=batch.step,
-                    num_samples=self.num_samples)
+                    max_length=getattr(args, "max_completion_length", None),
+                    temperature=getattr(args, "temperature", None), step=batch.step, num_samples=self.num_samples,
+                    compare_across_ranks=self.compare_across_ranks)
 
 
 def _rank_rewards(rewards_per_func, weights, process_index: int, n: int) -> list[float]:
