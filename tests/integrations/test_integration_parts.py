@@ -49,6 +49,9 @@ def test_colocated_vllm_ranks_are_placed_as_trl_and_ms_swift_seed_them():
     assert sampling_place(args) == {"sampling_seed": 1, "tp_rank": 1, "tp_group": 1}
     assert sampling_place(SimpleNamespace(use_vllm=True, vllm_mode="server", process_index=3)) == {}
     assert sampling_place(SimpleNamespace(use_vllm=False)) == {}
+    # A request seed in generation_kwargs: every rank samples every copy alike, whatever its engine seed.
+    fixed = SimpleNamespace(use_vllm=True, vllm_mode="colocate", process_index=3, generation_kwargs={"seed": 7})
+    assert sampling_place(fixed) == {"sampling_seed": 7}
 
 
 def test_a_ranks_rewards_are_its_rows_weighted_as_trl_logs_them():

@@ -61,6 +61,8 @@ HINTS = (
     "across groups) and PR #4712 (the colocate seed fix).",
     "If the sets are whole nodes, the seed is computed from LOCAL_RANK or NODE_RANK alone: derive it from the "
     "global RANK. Check afterwards that completions for the same prompt differ across ranks.",
+    "A fixed `seed` in TRL's generation_kwargs (vLLM SamplingParams) draws every copy of a prompt alike on every "
+    "rank in colocate mode: remove it.",
 )
 UNDECIDED_HINTS = (
     "Record the seeds so the report can tell: grpo_doctor.seed_audit(sampling_seed=...) once they are set (the TRL "

@@ -123,10 +123,15 @@ def sampling_place(args) -> dict[str, int]:
 
     TRL (trl/generation/vllm_generation.py) and ms-swift (swift/rlhf_trainers/rollout_mixin.py)
     both build the colocated engine with seed=process_index // vllm_tensor_parallel_size. A vLLM
-    server runs elsewhere: its seed is not known here.
+    server runs elsewhere: its seed is not known here. A `seed` in TRL's generation_kwargs becomes
+    every request's SamplingParams seed; colocated, each copy of a prompt is its own request (n=1),
+    so every copy on every rank draws the same sample: that seed is what every rank samples with.
     """
     if not getattr(args, "use_vllm", False) or getattr(args, "vllm_mode", None) != "colocate":
         return {}
+    request_seed = (getattr(args, "generation_kwargs", None) or {}).get("seed")
+    if request_seed is not None:
+        return {"sampling_seed": int(request_seed)}
     tp_size = int(getattr(args, "vllm_tensor_parallel_size", 1) or 1)
     index = int(getattr(args, "process_index", 0))
     return {"sampling_seed": index // tp_size, "tp_rank": index % tp_size, "tp_group": index // tp_size}
