@@ -21,8 +21,14 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from grpo_doctor.rankset import format_ranks
+
 SAMPLING_GENERATORS = ("sampling_seed", "torch_cuda", "torch_cpu")  # what sampling draws from, most specific first
 GENERATORS = (*SAMPLING_GENERATORS, "numpy", "python")
+GENERATOR_NAMES = {"sampling_seed": "the sampling seed", "torch_cuda": "the torch CUDA RNG state",
+                   "torch_cpu": "the torch CPU RNG state"}
+REMEDY = ("give each sampling process its own seed (TRL: set_seed(seed, device_specific=True); vLLM: "
+          "seed = base + data-parallel rank, equal only inside a tensor-parallel group)")
 
 
 @dataclass(frozen=True)
@@ -92,3 +98,12 @@ def _tp_group(row: Mapping[str, object]) -> object:
 
 def _known(value: object) -> bool:
     return value is not None and value == value  # NaN is the rng table's missing value
+
+
+def collision_line(shared: SharedRngState, hosts: Mapping[int, str]) -> str:
+    """The one line a user reads, live from watch or from rank 0 at start (rank/seed_gather.py)."""
+    on = sorted({hosts[r] for r in shared.ranks if r in hosts})
+    shown = f" {shared.value}" if shared.generator == "sampling_seed" else ""
+    return (f"seed collision: ranks {format_ranks(shared.ranks)} (host(s) {', '.join(on)}) share "
+            f"{GENERATOR_NAMES[shared.generator]}{shown}: copies of a prompt sampled there come out identical; "
+            f"{REMEDY}")

@@ -15,9 +15,10 @@ Typical use:
 from __future__ import annotations
 
 import dataclasses
+import math
 import sys
 import typing
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -25,7 +26,7 @@ from typing import Any
 from grpo_doctor.analysis.rules import RULES
 
 STR_TUPLE = tuple[str, ...]
-KINDS = {bool: "true or false", int: "an integer", float: "a number", str: "text",
+KINDS = {bool: "true or false", int: "an integer", float: "a finite number", str: "text",
          STR_TUPLE: "a comma-separated list (in TOML: a list of strings)"}
 BOOL_WORDS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
 EXAMPLE = "seed-collision.min_identical_frac=0.6"
@@ -53,13 +54,13 @@ def rule_configs(settings: Iterable[str] = (), config_file: Path | None = None,
                 raise RuleSettingsError(f"{config_file}: {rule_id} = {table!r} is not inside a rule table",
                                         f"write {TOML_EXAMPLE}")
             for name, value in table.items():
-                _set(changes, by_id, rule_id, name, value, where)
+                _set(changes, by_id, rule_id, name, value, where, _from_toml)
     for text in settings:
         key, equals, value = text.partition("=")
         rule_id, dot, name = key.strip().partition(".")
         if not (equals and dot and rule_id and name):
             raise RuleSettingsError(f"--set {text!r} is not RULE_ID.FIELD=VALUE", f"e.g. --set {EXAMPLE}")
-        _set(changes, by_id, rule_id, name.strip(), value.strip(), f"--set {text}")
+        _set(changes, by_id, rule_id.strip(), name.strip(), value.strip(), f"--set {text}", _from_text)
     return {rule_id: dataclasses.replace(by_id[rule_id].Config(), **fields) for rule_id, fields in changes.items()}
 
 
@@ -81,7 +82,8 @@ def field_types(rule: ModuleType) -> dict[str, Any]:
     return {f.name: hints[f.name] for f in dataclasses.fields(rule.Config)}
 
 
-def _set(changes: dict, by_id: dict[str, ModuleType], rule_id: str, name: str, value: Any, where: str) -> None:
+def _set(changes: dict, by_id: dict[str, ModuleType], rule_id: str, name: str, value: Any, where: str,
+         convert: Callable[[Any, Any], Any]) -> None:
     rule = by_id.get(rule_id)
     if rule is None:
         raise RuleSettingsError(f"{where}: no rule {rule_id!r}", f"rule ids: {', '.join(sorted(by_id))}")
@@ -91,7 +93,7 @@ def _set(changes: dict, by_id: dict[str, ModuleType], rule_id: str, name: str, v
         raise RuleSettingsError(f"{where}: rule {rule_id} has no field {name!r}", valid)
     kind = types[name]
     try:
-        converted = _from_text(value, kind) if isinstance(value, str) else _from_toml(value, kind)
+        converted = convert(value, kind)
     except ValueError:
         default = getattr(rule.Config(), name)
         raise RuleSettingsError(f"{where}: {rule_id}.{name} must be {KINDS[kind]}, not {value!r}",
@@ -106,20 +108,30 @@ def _from_text(text: str, kind: Any) -> Any:
         return BOOL_WORDS[text.lower()]
     if kind == STR_TUPLE:
         return tuple(part.strip() for part in text.split(",") if part.strip())
-    return kind(text)  # int, float, str: their constructors reject what is not one
+    return _finite(kind(text))  # int, float, str: their constructors reject what is not one
 
 
 def _from_toml(value: Any, kind: Any) -> Any:
-    """TOML's own types, checked: a bool is no number here, although Python counts it as an int."""
+    """TOML's own types, checked: a bool is no number here, although Python counts it as an int,
+    and a quoted "0.5" is text, not a number."""
+    if kind is str and isinstance(value, str):
+        return value
     if kind is bool and isinstance(value, bool):
         return value
     if kind in (int, float) and isinstance(value, int) and not isinstance(value, bool):
         return kind(value)
     if kind is float and isinstance(value, float):
-        return value
+        return _finite(value)
     if kind == STR_TUPLE and isinstance(value, list) and all(isinstance(v, str) for v in value):
         return tuple(value)
     raise ValueError(value)
+
+
+def _finite(value: Any) -> Any:
+    """nan would switch a threshold off without a word (every comparison with it is false)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(value)
+    return value
 
 
 def _as_text(value: Any) -> str:

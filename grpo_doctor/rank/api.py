@@ -38,7 +38,6 @@ MEMORY_HISTORY_ENV = "GRPO_DOCTOR_MEMORY_HISTORY"
 
 _recorder: Recorder | None = None
 _disabled = False
-_turned_off = False  # by the user (init(enabled=False), GRPO_DOCTOR_DISABLE), not by a failure to start
 _init_lock = threading.Lock()
 _said: set[str] = set()
 # Metrics computed by other calls (rollouts(compare_across_ranks=True)) that join the next step() record.
@@ -61,14 +60,14 @@ def init(
     record_memory_history: keep CUDA allocator history and dump it on a CUDA OOM.
     start_step: step number carried by records before the first `step()` call.
     """
-    global _recorder, _disabled, _turned_off
+    global _recorder, _disabled
     with _init_lock:
         if _recorder is not None:
             if run_dir is not None and Path(run_dir) != _recorder.paths.root and "GRPO_DOCTOR_RUN_DIR" not in os.environ:
                 _say(f"init(run_dir={str(run_dir)!r}) ignored: already recording to {_recorder.paths.root}")
             return _recorder.paths.root
         if not enabled or _env_flag(DISABLE_ENV):
-            _disabled = _turned_off = True
+            _disabled = True
             return None
         sync = _env_flag(SYNC_ENV) if sync is None else sync
         ident = RankIdentity.detect()
@@ -234,9 +233,10 @@ def _env_flag(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def turned_off_by_user() -> bool:
-    """init(enabled=False) or GRPO_DOCTOR_DISABLE: unlike a failure to start, the same on every rank."""
-    return _recorder is None and (_turned_off or _env_flag(DISABLE_ENV))
+def disabled_by_environment() -> bool:
+    """GRPO_DOCTOR_DISABLE: the launcher gives every rank the same, so all ranks skip a gather alike.
+    (init(enabled=False) is one process's choice: such a rank still takes part, sending nothing.)"""
+    return _env_flag(DISABLE_ENV)
 
 
 def _say(message: str) -> None:

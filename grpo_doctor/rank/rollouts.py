@@ -76,10 +76,10 @@ def rollouts(
             rec.sink.enqueue(record)
         except Exception as exc:  # bad input or a bug here: training goes on either way
             _warn_once(f"{exc}" if isinstance(exc, (TypeError, ValueError)) else f"{type(exc).__name__}: {exc}")
-    if compare_across_ranks:
+    if compare_across_ranks and not api.disabled_by_environment():  # the same on every rank: all gather, or none
         try:
             frac = _cross_rank_duplicate_frac(record)
-        except Exception as exc:  # after the gather (before it nothing can fail): no rank is left waiting
+        except Exception as exc:  # after the gather (failures before it are caught inside): no rank is left waiting
             api._say(f"compare_across_ranks failed ({type(exc).__name__}: {exc})")
             frac = None
         if frac is not None and rec is not None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import sys
 
 from grpo_doctor.rank import api
+from grpo_doctor.rng_sharing import collision_line, shared_rng_states
 from grpo_doctor.schema import Rng
 
 
@@ -32,9 +33,13 @@ def say_shared_seeds(record: Rng | None) -> list[str] | None:
         return None
     if dist.get_rank() != 0:
         return None
-    from grpo_doctor.supervisor.seeds import SeedCheck  # stdlib only: the wording watch uses
-
-    lines = SeedCheck().feed(Rng.from_dict(row) for row in gathered if row is not None)
+    try:  # after the gather: nothing here can leave a rank waiting, and nothing may stop training
+        rows = [row for row in gathered if row is not None]
+        hosts = {row["rank"]: row["host"] for row in rows}
+        lines = [collision_line(s, hosts) for s in shared_rng_states(rows) if s.diverged_at is None]
+    except Exception as exc:
+        api._say(f"seed_audit: the gathered audits could not be compared ({type(exc).__name__}: {exc})")
+        return None
     for line in lines:
         api._say(line)
     return lines

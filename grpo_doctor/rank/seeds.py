@@ -49,7 +49,7 @@ def seed_audit(
     it here) and print from rank 0 the ranks that share a seed (seed_gather.py).
     """
     record = _audit(tag, sampling_seed, tp_rank, tp_group)
-    if compare_across_ranks and not api.turned_off_by_user():  # the same on every rank: all gather, or none
+    if compare_across_ranks and not api.disabled_by_environment():  # the same on every rank: all gather, or none
         say_shared_seeds(record)
     return record
 

@@ -18,13 +18,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from grpo_doctor.rankset import format_ranks
-from grpo_doctor.rng_sharing import SharedRngState, shared_rng_states
+from grpo_doctor.rng_sharing import GENERATOR_NAMES, SharedRngState, collision_line, shared_rng_states
 from grpo_doctor.schema import Rng
-
-REMEDY = ("give each sampling process its own seed (TRL: set_seed(seed, device_specific=True); vLLM: "
-          "seed = base + data-parallel rank, equal only inside a tensor-parallel group)")
-GENERATOR_NAMES = {"sampling_seed": "the sampling seed", "torch_cuda": "the torch CUDA RNG state",
-                   "torch_cpu": "the torch CPU RNG state"}
 
 
 class SeedCheck:
@@ -62,8 +57,4 @@ class SeedCheck:
         return lines
 
     def _collision(self, shared: SharedRngState) -> str:
-        hosts = sorted({self._hosts[r] for r in shared.ranks})
-        shown = f" {shared.value}" if shared.generator == "sampling_seed" else ""
-        return (f"seed collision: ranks {format_ranks(shared.ranks)} (host(s) {', '.join(hosts)}) share "
-                f"{GENERATOR_NAMES[shared.generator]}{shown}: copies of a prompt sampled there come out identical; "
-                f"{REMEDY}")
+        return collision_line(shared, self._hosts)

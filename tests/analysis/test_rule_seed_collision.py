@@ -158,3 +158,18 @@ def test_the_ms_swift_hint_names_the_release_with_the_colocate_seed_fix(tmp_path
     [f] = seed_collision.check(_run(tmp_path, seed_of=lambda r: r // 2), CFG)
     [hint] = [h for h in f.hints if "ms-swift" in h]
     assert "3.5.3" in hint and "#4712" in hint
+
+
+def test_a_stated_shared_seed_the_hashes_never_compared_is_kept_beside_a_hash_collision(tmp_path):
+    # Ranks 0-1 share seed 7 and hold copies of the same prompts; ranks 2 and 3 each hold their own
+    # prompts, so only their audits (seed 5 on both) show that they sample alike too.
+    prompts = {0: ("a", "b"), 1: ("a", "b"), 2: ("c",), 3: ("d",)}
+    seed = {0: 7, 1: 7, 2: 5, 3: 5}
+    per_rank = {}
+    for r in range(4):
+        copies = [p for p in prompts[r] for _ in range(2)]
+        per_rank[r] = [rollout(r, n, copies, [f"{p} answer {seed[r]}-{n}-{i}" for i, p in enumerate(copies)])
+                       for n in range(3)] + [rng(r, 0, sampling_seed=seed[r])]
+    [finding] = seed_collision.check(load_evidence([write_run(tmp_path, per_rank)]), seed_collision.Config())
+    assert finding.severity == "critical" and finding.ranks == (0, 1, 2, 3)
+    assert finding.evidence["rank_sets"] == [[0, 1], [2, 3]] and finding.evidence["hash_rank_sets"] == [[0, 1]]

@@ -56,7 +56,7 @@ BAD_TOML = {
     "unknown-field.toml": ("[dead-step]\nmin_steps = 3\n", ["has no field 'min_steps'", "min_consecutive_steps"]),
     "no-table.toml": ("min_consecutive_steps = 3\n", ["is not inside a rule table", "[seed-collision]"]),
     "float-for-int.toml": ("[dead-step]\nmin_consecutive_steps = 2.5\n", ["must be an integer", "2.5"]),
-    "bool-for-float.toml": ("[seed-collision]\nmin_identical_frac = true\n", ["must be a number", "True"]),
+    "bool-for-float.toml": ("[seed-collision]\nmin_identical_frac = true\n", ["must be a finite number", "True"]),
 }
 BAD_SETS = {
     "no-field": ("dead-step=3", ["'dead-step=3' is not RULE_ID.FIELD=VALUE"]),
@@ -65,7 +65,8 @@ BAD_SETS = {
     "unknown-field": ("dead-step.min_steps=3", ["has no field 'min_steps'", "its fields: min_consecutive_steps"]),
     "rule-without-fields": ("hang.timeout_s=3", ["rule hang has no field 'timeout_s'", "no thresholds to set"]),
     "not-an-int": ("dead-step.min_consecutive_steps=many", ["must be an integer, not 'many'", "default is 5"]),
-    "not-a-number": ("seed-collision.min_identical_frac=half", ["must be a number", "default is 0.5"]),
+    "not-a-number": ("seed-collision.min_identical_frac=half", ["must be a finite number", "default is 0.5"]),
+    "nan": ("zero-std-groups.min_share=nan", ["must be a finite number, not 'nan'", "default is 0.8"]),
 }
 
 
@@ -142,10 +143,13 @@ def test_booleans_are_read_from_the_usual_words(text, value):
 
 def test_text_and_lists_are_read_from_set_and_from_toml(tmp_path):
     toml = tmp_path / "t.toml"
-    toml.write_text('[fake]\nlabel = "from file"\nnames = ["NCCL_", "TORCH_"]\nenabled = false\ncount = "3"\n')
+    toml.write_text('[fake]\nlabel = "from file"\nnames = ["NCCL_", "TORCH_"]\nenabled = false\ncount = 3\n')
     cfg = rule_configs(["fake.names= NCCL_ , GLOO_"], toml, rules=FAKE)["fake"]
     assert cfg == _Config(enabled=False, label="from file", names=("NCCL_", "GLOO_"), count=3)
     assert rule_configs(["fake.names="], rules=FAKE)["fake"].names == ()
+    toml.write_text('[fake]\ncount = "3"\n')  # a quoted number in TOML is text
+    with pytest.raises(RuleSettingsError, match="must be an integer"):
+        rule_configs([], toml, rules=FAKE)
 
 
 def test_an_unreadable_bool_names_the_accepted_words():
@@ -161,3 +165,7 @@ def test_the_parsed_configs_change_what_run_rules_finds(dead_run):
     strict = rule_configs([f"dead-step.min_consecutive_steps={NUM_DEAD + 1}"])
     assert "dead-step" in {f.id for f in run_rules(evidence)[0]}
     assert "dead-step" not in {f.id for f in run_rules(evidence, configs=strict)[0]}
+
+
+def test_spaces_around_the_rule_id_and_field_are_ignored():
+    assert rule_configs([" dead-step . min_consecutive_steps = 3"])["dead-step"].min_consecutive_steps == 3

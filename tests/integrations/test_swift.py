@@ -20,6 +20,7 @@ def test_register_fills_ms_swift_4_registries_with_a_callback_factory_and_the_pr
     callback = callbacks_map["grpo_doctor"](args, trainer)  # as swift/trainers/mixin.py builds it
     assert isinstance(callback, SwiftCallback) and isinstance(callback, TrainerCallback)
     assert (callback.args, callback.trainer, callback.run_dir) == (args, trainer, "runs/x")
+    assert callback.compare_seeds_across_ranks  # ms-swift imports the plugin in every process: all gather
     assert orms["grpo_doctor_rollouts"] is GrpoDoctorRollouts and "accuracy" in orms
 
 
@@ -52,10 +53,13 @@ def test_the_probe_answers_none_and_records_what_ms_swift_hands_a_reward_functio
                        response_token_ids=[[[7, 2]], [[8, 2]], [[9, 9, 9]], [[9, 9, 9]]], solution=["4", "4", "6", "6"])
         assert answer == [None] * 4, answer
         probe(["x"], messages=[chat("q", "x")], trainer_state=None)  # ms-swift 3.x: no token ids
+        import numpy as np  # single-turn ids come flat (vLLM's choice.token_ids), maybe as numpy ints
+        probe(["ab", ""], messages=[chat("q", "ab"), chat("q", "")], trainer_state=None,
+              response_token_ids=[list(np.array([5, 6])), []])
         gd.shutdown()
     """)
     assert out.returncode == 0, out.stderr
-    first, second = load_run([tmp_path / "run"]).ranks[0].of_kind(Rollout)
+    first, second, flat = load_run([tmp_path / "run"]).ranks[0].of_kind(Rollout)
     assert (first.step, first.group_ids, first.num_groups) == (7, [0, 0, 1, 1], 2)
     assert first.prompt_hashes[0] == first.prompt_hashes[1] != first.prompt_hashes[2]
     assert first.completion_hashes[2] == first.completion_hashes[3] and first.duplicate_rate == 0.25
@@ -63,3 +67,4 @@ def test_the_probe_answers_none_and_records_what_ms_swift_hands_a_reward_functio
     assert first.reward_mean is None and first.zero_std_frac is None  # ms-swift hands a reward function no rewards
     assert first.samples[0]["prompt"] == "user: 2+2="
     assert second.max_length is None and second.length_max == 1  # characters: no token limit applies
+    assert (flat.length_max, flat.length_min, flat.max_length) == (2, 0, 3)  # token counts, the empty one too

@@ -96,13 +96,14 @@ def test_the_first_audit_compared_across_ranks_is_said_once_by_rank_0(tmp_path):
         rank = dist.get_rank()
         if rank == 2:  # this rank cannot record (its run dir is a file) but still takes part in the gather
             open("blocked", "w").close()
-        gd.init("blocked" if rank == 2 else "run")
-        torch.manual_seed(0 if rank < 2 else rank)  # ranks 0 and 1 share a seed, rank 2 does not
+        # rank 3 turned recording off for itself alone: it takes part too
+        gd.init("blocked" if rank == 2 else "run", enabled=rank != 3)
+        torch.manual_seed(0 if rank < 2 else rank)  # ranks 0 and 1 share a seed, ranks 2 and 3 do not
         gd.seed_audit("init", compare_across_ranks=True)
         gd.seed_audit("init", sampling_seed=rank, compare_across_ranks=True)  # distinct seeds: nothing said
         dist.destroy_process_group()
     """)
-    out = subprocess.run(torchrun(prog, 3), env=clean_env(OMP_NUM_THREADS="1"), cwd=tmp_path, capture_output=True,
+    out = subprocess.run(torchrun(prog, 4), env=clean_env(OMP_NUM_THREADS="1"), cwd=tmp_path, capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]
     said = [line for line in out.stderr.splitlines() if "seed collision" in line]
@@ -111,14 +112,15 @@ def test_the_first_audit_compared_across_ranks_is_said_once_by_rank_0(tmp_path):
 
 
 @pytest.mark.distributed
-def test_with_recording_turned_off_no_rank_gathers(tmp_path):
-    # Rank 1 never calls seed_audit: were rank 0 to gather anyway, it would wait until the timeout.
+def test_with_grpo_doctor_disabled_for_the_job_no_rank_gathers(tmp_path):
+    # Rank 1 never calls seed_audit or rollouts: were rank 0 to gather anyway, it would wait until the timeout.
     prog = write_program(tmp_path, """
         import datetime, torch.distributed as dist, grpo_doctor as gd
         dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=20))
         gd.init("run")
         if dist.get_rank() == 0:
             gd.seed_audit("init", compare_across_ranks=True)
+            gd.rollouts(["p"], ["a"], [1.0], compare_across_ranks=True)
         dist.barrier()
         dist.destroy_process_group()
     """)

@@ -17,9 +17,9 @@ Two kinds of evidence, from the ranks' records:
   trainer), a warning for shared generator states.
 
 The copies of a prompt sit on a few ranks (pairs, in TRL's RepeatSampler layout), so hashes alone
-split one node-wide seed into pairs: an rng set overlapping the hash sets joins them (one node's
-ranks sharing a fingerprint are one set), unless the hashes show two of its ranks differing; only
-colliding ranks are named.
+split one node-wide seed into pairs: the rng sets join them (one node's ranks sharing a fingerprint
+are one set), and an rng set the hashes never compared stands on its own, unless the hashes show
+two of its ranks differing; only colliding ranks are named.
 
 Copies identical on every rank, with no rank holding two (nothing shows the policy sampling
 apart), are a collapsed policy or a shared seed. The rng snapshots decide: a shared sampling
@@ -203,14 +203,15 @@ def _stats(pairs: _Pairs, reported: list[tuple[int, int]]) -> dict:
 
 def _join_fingerprint_sets(hash_sets: list[list[int]], rng_sets: list[list[int]],
                            differing: list[tuple[int, int]]) -> list[list[int]]:
-    """Hash sets joined with the rng sets they overlap.
+    """Hash sets joined with the rng sets.
 
     The copies of a prompt sit on a few ranks (pairs, in TRL's layout), so hashes alone split one
-    node-wide seed into those pairs; the shared fingerprint says they are one set. An rng set with
-    two ranks the hashes show differing is not joined: it would name ranks that do not collide.
+    node-wide seed into those pairs; the shared fingerprint says they are one set. An rng set whose
+    ranks never shared a prompt stands on its own, as it would without any hash evidence. An rng
+    set with two ranks the hashes show differing is left out: it would name ranks that do not collide.
     """
     joinable = [s for s in rng_sets if not any(a in s and b in s for a, b in differing)]
-    return _components([*hash_sets, *(s for s in joinable if any(set(s) & set(h) for h in hash_sets))])
+    return _components([*hash_sets, *joinable])
 
 
 def _components(groups: Iterable[Iterable[int]]) -> list[list[int]]:

@@ -10,8 +10,10 @@ TRL's GRPOTrainer and ms-swift's trainers are Trainers, so this one callback ser
 - a "train-step" phase around each optimizer step (a rank stuck inside a step shows it);
 - a memory snapshot after every `memory_every` steps and a seed audit at train begin and after
   every `seed_audit_every` steps, with the vLLM seed and tensor-parallel place where TRL or
-  ms-swift colocate vLLM (both seed it with process_index // vllm_tensor_parallel_size); the
-  train-begin audit is gathered across ranks, and rank 0 prints any ranks sharing a seed.
+  ms-swift colocate vLLM (both seed it with process_index // vllm_tensor_parallel_size); with
+  `compare_seeds_across_ranks=True` (as `trl.instrument` and `swift.register` make it) the
+  train-begin audit is gathered across ranks, and rank 0 prints any ranks sharing a seed: a
+  collective, so then every rank must have the callback.
 
 Step numbers are the Trainer's: records made during the optimizer step that ends with
 `state.global_step == n` carry step n. Evaluation and end-of-training summaries are not a
@@ -28,7 +30,6 @@ import os
 from transformers import TrainerCallback
 
 import grpo_doctor as gd
-from grpo_doctor.rank import api
 
 STEP_PHASE = "train-step"
 PROBE_NAME = "grpo_doctor_rollouts"  # the rollout probe's name as a reward function (trl.py, swift.py)
@@ -46,10 +47,12 @@ class GrpoDoctorCallback(TrainerCallback):
         *,
         seed_audit_every: int = 10,
         memory_every: int = 1,
+        compare_seeds_across_ranks: bool = False,
     ) -> None:
         self.run_dir = run_dir
         self.seed_audit_every = seed_audit_every
         self.memory_every = memory_every
+        self.compare_seeds_across_ranks = compare_seeds_across_ranks
         self._owns_recording = False
         self._phase: gd.phase | None = None
         self._unrecorded_step: int | None = None  # ended, its Step record waits for the step's log
@@ -58,14 +61,12 @@ class GrpoDoctorCallback(TrainerCallback):
     def on_train_begin(self, args, state, control, **kwargs):
         was_recording = gd.is_recording()
         recording = gd.init(self.run_dir) is not None
-        if not recording and api.turned_off_by_user():
-            return  # and no collective either: every process reads the same setting
         self._owns_recording = recording and not was_recording
         if recording:
             gd.set_step(state.global_step + 1)
         self._sampling = sampling_place(args)
-        # Every process takes part in the comparison, even one whose recording failed to start: a collective.
-        gd.seed_audit("init", **self._sampling, compare_across_ranks=True)
+        # A collective: every process takes part, even one whose recording failed to start.
+        gd.seed_audit("init", **self._sampling, compare_across_ranks=self.compare_seeds_across_ranks)
 
     def on_step_begin(self, args, state, control, **kwargs):
         self._record_unlogged_step()

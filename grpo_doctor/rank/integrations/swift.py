@@ -77,7 +77,7 @@ class GrpoDoctorRollouts:  # the name ms-swift logs its rewards under: callback.
         n = len(completions)
         prompts = [as_text(m[:-1]) for m in messages] if messages is not None else [""] * n
         ids = None
-        if response_token_ids and all(response_token_ids):
+        if response_token_ids is not None and len(response_token_ids) == n:
             ids = [_joined_turns(sample) for sample in response_token_ids]
         args = self.args
         num_generations = getattr(args, "num_generations", None)
@@ -98,14 +98,20 @@ def register(
     callbacks_map: dict | None = None,
     orms: dict | None = None,
     extra_callbacks: list | None = None,
+    compare_seeds_across_ranks: bool = True,
 ) -> None:
-    """Register the callback and the rollout probe with ms-swift (or into the registries given)."""
+    """Register the callback and the rollout probe with ms-swift (or into the registries given).
+
+    compare_seeds_across_ranks: the callback gathers the train-begin seed audit and rank 0 prints
+    ranks sharing a seed (a collective: ms-swift imports the plugin file in every process).
+    """
     if callbacks_map is None and orms is None and extra_callbacks is None:
         callbacks_map, orms, extra_callbacks = _swift_registries()
+    options = {"run_dir": run_dir, "compare_seeds_across_ranks": compare_seeds_across_ranks}
     if callbacks_map is not None:
-        callbacks_map[CALLBACK_NAME] = functools.partial(SwiftCallback, run_dir=run_dir)
+        callbacks_map[CALLBACK_NAME] = functools.partial(SwiftCallback, **options)
     if extra_callbacks is not None:
-        extra_callbacks.append(SwiftCallback(run_dir=run_dir))
+        extra_callbacks.append(SwiftCallback(**options))
     if orms is not None:
         orms[PROBE_NAME] = GrpoDoctorRollouts
 
@@ -128,8 +134,8 @@ def _swift_registries() -> tuple[dict | None, dict, list | None]:
 def _joined_turns(sample: list) -> list[int]:
     """A sample's completion ids: ms-swift hands a single-turn rollout's ids flat (vLLM's
     `choice.token_ids`) and a multi-turn one's as a list per turn, although both are typed List[List[int]]."""
-    if isinstance(sample[0], int):
-        return sample
+    if not sample or not isinstance(sample[0], (list, tuple)):
+        return list(sample)
     return [token for turn in sample for token in turn]
 
 

@@ -49,13 +49,17 @@ def instrument(
     seed_audit_every: int = 10,
     memory_every: int = 1,
     num_samples: int = 4,
+    compare_seeds_across_ranks: bool = True,
     compare_across_ranks: bool = False,
 ):
-    """Record this GRPOTrainer's run with grpo-doctor; returns the same trainer. Call before train().
+    """Record this GRPOTrainer's run with grpo-doctor; returns the same trainer. Call before train(),
+    in every process alike (the comparisons below are collectives).
 
+    compare_seeds_across_ranks: gather the train-begin seed audit (about 250 bytes per rank, once);
+    rank 0 prints the ranks that share a seed.
     compare_across_ranks: also gather every rank's completion hashes each step (one all_gather of
     2 KiB per rank, inside TRL's reward computation, which every rank runs in step) and log
-    `cross_rank_duplicate_frac`; every process must be instrumented alike.
+    `cross_rank_duplicate_frac`.
     """
     if any(isinstance(f, RolloutProbe) for f in trainer.reward_funcs):
         api._say("instrument(trainer) ignored: this trainer is already instrumented")
@@ -75,7 +79,8 @@ def instrument(
         api._say("this TRL version has no GRPOTrainer._calculate_rewards: rollouts are recorded without rewards")
     if hasattr(trainer, "_generate"):
         trainer._generate = _in_phase("rollout", trainer._generate)
-    trainer.add_callback(GrpoDoctorCallback(run_dir, seed_audit_every=seed_audit_every, memory_every=memory_every))
+    trainer.add_callback(GrpoDoctorCallback(run_dir, seed_audit_every=seed_audit_every, memory_every=memory_every,
+                                            compare_seeds_across_ranks=compare_seeds_across_ranks))
     return trainer
 
 
@@ -123,7 +128,7 @@ class RolloutProbe:
                 api._say("rollouts: prompts do not follow TRL's RepeatSampler layout; grouping equal "
                          "consecutive prompts instead")
         except Exception as exc:  # an observer must not stop training
-            api._say(f"rollouts recorded without rewards and groups ({type(exc).__name__}: {exc})")
+            api._say(f"rollouts recorded without some rewards or groups ({type(exc).__name__}: {exc})")
         # Called on every rank whatever happened above: with compare_across_ranks, the others wait in its gather.
         gd.rollouts(batch.prompts, batch.completions, rewards, group_ids, completion_ids=batch.completion_ids,
                     max_length=getattr(args, "max_completion_length", None),
