@@ -12,10 +12,7 @@ Read, by file name:
                              ({"step": [...], "prompt": [...], "completion": [...], <reward func>: [...],
                              "advantages": [...], other logged columns}), or one completion per line.
 A completion's reward: a `reward` column holding the total (ms-swift < 3.4), else the trainers' weighted
-nansum of the reward functions' columns (None where no function scored it). The functions are those the
-step log beside the file names (`rewards/<f>/mean` in trainer_state.json, logging.jsonl), else the columns
-between completion and advantage(s); never grpo-doctor's zero-weight probe. Weights: ms-swift's
-`reward_weights` (args.json); TRL keeps its own only in training_args.bin (a pickle, not read): equal.
+nansum of the reward functions' columns (completion_rewards.py: which columns, which weights).
 A directory is searched for these too: the latest checkpoint-N/trainer_state.json (when there is no
 top-level one) and completions/*.parquet. Metric names are renamed to the vocabulary of
 metric_names.py; a trainer_state.json beside an ms-swift args.json is read as ms-swift's.
@@ -26,16 +23,15 @@ Typical use:
 """
 from __future__ import annotations
 
-import functools
 import json
 import math
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from grpo_doctor.analysis.completion_rewards import number, reward_functions, weighted_sum
 from grpo_doctor.analysis.metric_names import canonical_frame
 from grpo_doctor.checks.groups import duplicate_rate, group_members
 
@@ -46,9 +42,7 @@ SWIFT_ARGS = ("beta", "scale_rewards", "temperature", "num_generations", "max_co
               "dynamic_sample", "use_vllm", "vllm_mode", "reward_funcs", "reward_weights")
 NONFINITE_CHECKED = ("loss", "grad_norm")  # the same name in every framework and in the canonical vocabulary
 _SKIP_ENTRY_KEYS = ("train_runtime", "train_loss", "last_model_checkpoint")  # end-of-training summaries
-# grpo-doctor's rollout probe as a reward function (rank/integrations: TRL's name, ms-swift's class): always NaN
-PROBE_COLUMNS = ("grpo_doctor_rollouts", "GrpoDoctorRollouts")
-_LOGGED_REWARD = re.compile(r"^rewards/(.+?)(?:/mean|/std)?$")  # ms-swift < 3.4 logged rewards/<f> alone
+
 
 
 @dataclass
@@ -204,7 +198,7 @@ def _add_completions(log: MetricLog, rows: list[dict[str, Any]]) -> None:
     if not rows:
         return
     total = "reward" if "reward" in rows[0] else None
-    functions = _reward_functions(log, list(rows[0]))
+    functions = reward_functions(log.args, list(rows[0]), _step_log_beside(log.path), log.warnings, str(log.path))
     if total in functions:  # a function named `reward` (TRL names functions by __name__), not the total
         total = None
     by_step: dict[int, tuple[list[str], dict[str, int], list[int]]] = {}  # completions, group of prompt, group ids
@@ -218,7 +212,7 @@ def _add_completions(log: MetricLog, rows: list[dict[str, Any]]) -> None:
         completions.append(completion)
         group_ids.append(group)
         if len(completions) <= SAMPLES_PER_STEP:
-            reward = _number(row.get(total)) if total else _weighted_sum(row, functions)
+            reward = number(row.get(total)) if total else weighted_sum(row, functions)
             log.completions.append({"source": log.source, "rank": None, "step": step, "group": group,
                                     "prompt": prompt, "completion": completion, "reward": reward})
     for step, (completions, groups, group_ids) in sorted(by_step.items()):
@@ -227,85 +221,12 @@ def _add_completions(log: MetricLog, rows: list[dict[str, Any]]) -> None:
                               "num_completions": len(completions), "num_groups": len(groups)})
 
 
-def _reward_functions(log: MetricLog, columns: list[str]) -> dict[str, float]:
-    """{reward function column: weight}, in the file's order (the trainers' order of functions and weights)."""
-    logged = _logged_reward_functions(log.path)
-    names = [c for c in columns if c in logged]
-    if not names:  # TRL and ms-swift write the functions' columns right after the completion, then advantage(s)
-        start = columns.index("completion") + 1
-        names = columns[start:next((i for i, c in enumerate(columns) if c in ("advantage", "advantages")),
-                                   len(columns))]
-    weights = _fitting_weights(log, names)
-    if weights is None:
-        weights = [1.0] * len(names)
-    elif len(weights) < len(names):  # the probe's weight was left out with its function (_fitting_weights)
-        names = [name for name in names if name not in PROBE_COLUMNS]
-    return {name: float(w) for name, w in zip(names, weights, strict=True) if name not in PROBE_COLUMNS}
-
-
-def _fitting_weights(log: MetricLog, names: list[str]) -> list | None:
-    """ms-swift's reward_weights for these columns, None (equal weights) where it has none that fit."""
-    weights, functions = log.args.get("reward_weights"), log.args.get("reward_funcs")
-    if weights is None:
-        return None
-    if isinstance(weights, list) and all(_number(w) is not None for w in weights):
-        if len(weights) == len(names):
-            return weights
-        if isinstance(functions, list) and len(functions) == len(weights):
-            # ms-swift 4.6 logs no rewards/GrpoDoctorRollouts/* (always NaN), so the probe may have no column
-            kept = [w for f, w in zip(functions, weights, strict=True) if f not in PROBE_COLUMNS]
-            if len(kept) == len([name for name in names if name not in PROBE_COLUMNS]):
-                return kept
-    log.warnings.append(f"{log.path}: reward_weights {weights!r} do not fit the reward columns "
-                        f"{', '.join(names)}; completion rewards are summed with equal weights")
-    return None
-
-
-def _logged_reward_functions(path: Path) -> frozenset[str]:
-    """The functions the step log beside a completions file names, empty where there is none."""
+def _step_log_beside(path: Path) -> Path | None:
+    """The step log (logging.jsonl, trainer_state.json) written with a completions file, None without one."""
     if path.name == "completions.jsonl":
-        log = path.parent / "logging.jsonl"
-    else:
-        out = path.parent.parent if path.parent.name == "completions" else path.parent
-        log = out / "trainer_state.json" if (out / "trainer_state.json").is_file() else _latest_checkpoint_state(out)
-    try:
-        return _reward_functions_in(log, log.stat().st_mtime_ns) if log is not None else frozenset()
-    except (OSError, ValueError):
-        return frozenset()
-
-
-@functools.lru_cache(maxsize=4)
-def _reward_functions_in(log: Path, mtime_ns: int) -> frozenset[str]:
-    """Read once per step log (and version): TRL writes one parquet file per logging step beside it."""
-    if log.name == "logging.jsonl":
-        entries = [_json_or_none(line) for line in log.read_text(errors="replace").splitlines()]
-    else:
-        state = json.loads(log.read_text(errors="replace"))
-        entries = (state.get("log_history") or []) if isinstance(state, dict) else []
-    return frozenset(m.group(1) for e in entries if isinstance(e, dict) for k in e
-                     if (m := _LOGGED_REWARD.match(str(k))))
-
-
-def _json_or_none(line: str) -> Any:
-    try:
-        return json.loads(line)
-    except ValueError:
-        return None
-
-
-def _weighted_sum(row: dict[str, Any], functions: dict[str, float]) -> float | None:
-    """The trainers' total: a nansum (a function that did not score the sample counts for nothing),
-    None where no function scored it (TRL's unscorable row)."""
-    scored = [(w, v) for name, w in functions.items() if (v := _number(row.get(name))) is not None]
-    return math.fsum(w * v for w, v in scored) if scored else None
-
-
-def _number(value: Any) -> float | None:
-    if hasattr(value, "item"):  # a numpy scalar from parquet
-        value = value.item()
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-        return None
-    return float(value)
+        return path.parent / "logging.jsonl"
+    out = path.parent.parent if path.parent.name == "completions" else path.parent
+    return out / "trainer_state.json" if (out / "trainer_state.json").is_file() else _latest_checkpoint_state(out)
 
 
 def _as_int(value: Any) -> int | None:
