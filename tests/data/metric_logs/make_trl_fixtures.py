@@ -17,7 +17,9 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 from trl import GRPOConfig, GRPOTrainer
 
 
-def main(out: str, mode: str, steps: int, beta: float) -> None:
+def tiny_model(out: str) -> tuple[str, PreTrainedTokenizerFast, Dataset]:
+    """A tiny random Llama saved beside OUT (TRL loads the reference model by path), its character
+    tokenizer, and a dataset of sums with their answers."""
     vocab = {"<pad>": 0, "<eos>": 1, "<bos>": 2, **{c: i + 3 for i, c in enumerate(string.digits + "+-*= ")}}
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
     tok.pre_tokenizer = pre_tokenizers.Split("", "isolated")
@@ -27,10 +29,15 @@ def main(out: str, mode: str, steps: int, beta: float) -> None:
                          num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64, pad_token_id=0,
                          eos_token_id=1, bos_token_id=2)
     torch.manual_seed(0)
-    model_dir = out + "_model"  # TRL loads the reference model by path
+    model_dir = out + "_model"
     LlamaForCausalLM(config).save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
     data = Dataset.from_list([{"prompt": f"{a}+{b}=", "answer": str(a + b)} for a in range(8) for b in range(8)])
+    return model_dir, tokenizer, data
+
+
+def main(out: str, mode: str, steps: int, beta: float) -> None:
+    model_dir, tokenizer, data = tiny_model(out)
 
     def reward(completions, answer, **kwargs):
         if mode == "constant":

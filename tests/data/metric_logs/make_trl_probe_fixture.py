@@ -8,32 +8,16 @@ checkpoint-N/trainer_state.json and completions/completions_*.parquet were kept.
 
     python make_trl_probe_fixture.py OUT 3      # -> trl_probe
 """
-import string
 import sys
 
-import torch
-from datasets import Dataset
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from make_trl_fixtures import tiny_model  # run from this directory, as the docstring says
 from trl import GRPOConfig, GRPOTrainer
 
 from grpo_doctor.rank.integrations.trl import instrument
 
 
 def main(out: str, steps: int) -> None:
-    vocab = {"<pad>": 0, "<eos>": 1, "<bos>": 2, **{c: i + 3 for i, c in enumerate(string.digits + "+-*= ")}}
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
-    tok.pre_tokenizer = pre_tokenizers.Split("", "isolated")
-    tok.decoder = decoders.Fuse()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", bos_token="<bos>")
-    config = LlamaConfig(vocab_size=len(vocab), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64, pad_token_id=0,
-                         eos_token_id=1, bos_token_id=2)
-    torch.manual_seed(0)
-    model_dir = out + "_model"  # TRL loads the reference model by path
-    LlamaForCausalLM(config).save_pretrained(model_dir)
-    tokenizer.save_pretrained(model_dir)
-    data = Dataset.from_list([{"prompt": f"{a}+{b}=", "answer": str(a + b)} for a in range(8) for b in range(8)])
+    model_dir, tokenizer, data = tiny_model(out)
 
     def accuracy(completions, answer, **kwargs):
         return [1.0 if c.strip() == a else 0.0 for c, a in zip(completions, answer, strict=True)]
