@@ -342,10 +342,28 @@ def json_loads_line(line: bytes):
             text = line.decode("utf-8", "surrogatepass")
             value, end = _scan_json(text, 0)
             if end == len(text) or not text[end:].strip(" \t\n\r"):  # json's whitespace, nothing else
-                return value
+                return _without_lone_surrogates(value, line)
         except (ValueError, StopIteration):
             pass
-    return json.loads(line)
+    return _without_lone_surrogates(json.loads(line), line)
+
+
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")  # escaped, or raw bytes (surrogatepass)
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _without_lone_surrogates(value, line: bytes):
+    """json decodes an escaped lone surrogate (a cut emoji, garbage) to a string no UTF-8 writer
+    takes (pyarrow, the HTML report): U+FFFD replaces it, and the record is kept."""
+    if not _SURROGATE_ESCAPE.search(line):  # the usual case: one regex scan of a line json refused
+        return value
+    if isinstance(value, str):
+        return _LONE_SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [_without_lone_surrogates(v, line) for v in value]
+    if isinstance(value, dict):
+        return {_without_lone_surrogates(k, line): _without_lone_surrogates(v, line) for k, v in value.items()}
+    return value
 
 
 def lines_of(path: Path) -> Iterator[tuple[int, bytes, bool]]:

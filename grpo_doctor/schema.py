@@ -261,6 +261,7 @@ def record_from_dict(data: Any) -> Record | UnknownRecord:
         return UnknownRecord(kind=data["kind"], data=data)
     wire_names, order = _WIRE_FORMATS.get(cls) or _wire_format(cls)
     if data.keys() == wire_names:
+        check_when(data)
         # Every field and nothing else, as this version writes them. What the frozen __init__ does
         # (object.__setattr__ field by field), without from_dict's filtering and the keyword call:
         # a third of the cost, and a report reads millions of records. Not `__dict__.update`: that
@@ -272,7 +273,19 @@ def record_from_dict(data: Any) -> Record | UnknownRecord:
     missing = _required_names(cls) - data.keys()
     if missing:
         raise BadRecord(f"{data['kind']} record lacks {sorted(missing)}")
+    check_when(data)
     return cls.from_dict(data)
+
+
+def check_when(data: dict[str, Any]) -> None:
+    """A record's step, t and mono as the sink writes them: a corrupt line can hold anything there,
+    and every reader orders and subtracts them. Raises BadRecord."""
+    step, t, mono = data["step"], data["t"], data["mono"]
+    if (step is not None and type(step) is not int) or type(t) not in _REAL or type(mono) not in _REAL:
+        raise BadRecord(f"{data['kind']} record with step {step!r}, t {t!r}, mono {mono!r}: not numbers")
+
+
+_REAL = (int, float)
 
 
 _set_field = object.__setattr__

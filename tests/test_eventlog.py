@@ -134,7 +134,8 @@ def test_values_only_the_stdlib_json_reads_alike_are_read_as_it_reads_them(tmp_p
     write_rank(tmp_path, 0, [_header(0, 1), step])
     metrics = load_run([tmp_path]).ranks[0].records[-1].metrics
     assert metrics["loss"] != metrics["loss"] and metrics["kl"] == float("inf")
-    assert metrics["seed"] == 2**70 and isinstance(metrics["seed"], int) and metrics["x"] == "\ud800"
+    assert metrics["seed"] == 2**70 and isinstance(metrics["seed"], int)
+    assert metrics["x"] == "\ufffd"  # a lone surrogate no UTF-8 writer (pyarrow, the report) would take
 
 
 def test_every_line_of_a_long_file_is_read_whole(tmp_path):

@@ -43,6 +43,7 @@ from grpo_doctor.schema import (
     Record,
     Step,
     UnknownRecord,
+    check_when,
     field_order,
     record_from_dict,
 )
@@ -157,6 +158,8 @@ def _tabulate(log: TabledRankLog, lines: Iterable[tuple[int, bytes, bool]], exac
             wire = wire_keys.get(data.get("kind")) if type(data) is dict else None
             if wire is None or tuple(data) != wire:
                 data = _keep(data, line, exact, log, begins)  # raises for a line that is no record
+            else:
+                check_when(data)
             if data is not None:
                 pids_add(data["pid"])  # before any change: an unhashable pid leaves a bad line
         except (ValueError, TypeError, BadRecord):

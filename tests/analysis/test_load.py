@@ -5,6 +5,7 @@ import pytest
 from rundata import LOGS, common, header, write_hang, write_rank
 
 from grpo_doctor.analysis.load import EvidenceError, load_evidence
+from grpo_doctor.eventlog import load_run
 from grpo_doctor.schema import Error, PhaseBegin, PhaseEnd, Step
 
 
@@ -52,3 +53,34 @@ def test_a_missing_path_is_one_message_with_a_hint(tmp_path):
     with pytest.raises(EvidenceError, match="does not exist") as info:
         load_evidence([tmp_path / "nope"])
     assert info.value.hint
+
+
+def _damaged_run(tmp_path):
+    """A rank file whose lines a corrupt disk or a cut write can leave: a lone surrogate, escaped and
+    as raw bytes, in a phase name, and a time that is not a number."""
+    path = write_rank(tmp_path, 0, [header(0, 1), Step(**common(0, step=0, t=4.0), metrics={"loss": 0.5})])
+    begin = PhaseBegin(**common(0, step=1, t=5.0), phase="rollout", path="rollout").to_dict()
+    escaped = json.dumps({**begin, "phase": "roll\ud800out", "path": "roll\ud800out"}).encode()
+    raw = json.dumps({**begin, "t": 6.0}).encode().replace(b'"rollout"', b'"r\xed\xa0\x80"')
+    not_a_time = json.dumps({**begin, "t": "yesterday"}).encode()
+    with path.open("ab") as f:
+        f.write(b"\n".join([escaped, raw, not_a_time]) + b"\n")
+    return tmp_path
+
+
+def test_lone_surrogates_are_replaced_and_a_time_that_is_no_number_is_a_bad_line(tmp_path):
+    ev = load_evidence([_damaged_run(tmp_path)])  # the tabled reader of report
+    assert set(ev.phases.path) == {"r\ufffd", "roll\ufffdout"}  # both records kept
+    assert any("skipped 1 unreadable line" in w for w in ev.warnings), ev.warnings
+    log = load_run([tmp_path]).ranks[0]  # the record reader of watch and summary
+    assert [r.path for r in log.of_kind(PhaseBegin)] == ["roll\ufffdout", "r\ufffd"]
+    assert log.num_bad_lines == 1
+
+
+def test_a_report_on_damaged_lines_is_written_with_a_warning(tmp_path, capsys):
+    from grpo_doctor.cli.main import main
+
+    run_dir = _damaged_run(tmp_path)
+    assert main(["report", str(run_dir), "--json"]) == 0
+    assert any("unreadable" in w for w in json.loads(capsys.readouterr().out)["warnings"])
+    assert (run_dir / "report.html").stat().st_size > 0
