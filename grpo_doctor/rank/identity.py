@@ -15,6 +15,12 @@ import sys
 from dataclasses import dataclass
 
 
+def process_group():
+    """torch.distributed when the job has initialised it, else None; never imports torch itself."""
+    dist = sys.modules.get("torch.distributed")
+    return dist if dist is not None and dist.is_available() and dist.is_initialized() else None
+
+
 @dataclass(frozen=True)
 class RankIdentity:
     rank: int
@@ -30,8 +36,8 @@ class RankIdentity:
     def detect(cls, environ: dict[str, str] | None = None) -> RankIdentity:
         env = os.environ if environ is None else environ
         rank, world_size = _int(env, "RANK", 0), _int(env, "WORLD_SIZE", 1)
-        dist = sys.modules.get("torch.distributed")
-        if dist is not None and dist.is_available() and dist.is_initialized():
+        dist = process_group()
+        if dist is not None:
             rank, world_size = dist.get_rank(), dist.get_world_size()
         node_rank = env.get("GROUP_RANK", env.get("NODE_RANK"))
         local_world_size = env.get("LOCAL_WORLD_SIZE")

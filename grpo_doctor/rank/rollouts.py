@@ -29,6 +29,7 @@ from typing import Any
 
 from grpo_doctor.checks.hashing import hash_bytes, hash_text, hash_to_int63, hash_token_ids
 from grpo_doctor.rank import api
+from grpo_doctor.rank.identity import process_group
 from grpo_doctor.schema import Rollout
 
 MAX_SAMPLE_CHARS = 500
@@ -209,9 +210,8 @@ def cross_rank_keys(record: Rollout) -> list[int]:
 
 
 def _cross_rank_duplicate_frac(record: Rollout | None) -> float | None:
-    torch = sys.modules.get("torch")
-    dist = getattr(torch, "distributed", None)
-    if dist is None or not dist.is_available() or not dist.is_initialized():
+    torch, dist = sys.modules.get("torch"), process_group()
+    if dist is None:
         api._say("rollouts(compare_across_ranks=True) has no effect: torch.distributed is not initialised")
         return None
     world_size = dist.get_world_size()

@@ -11,18 +11,16 @@ Typical use (what seed_audit(compare_across_ranks=True) does):
 """
 from __future__ import annotations
 
-import sys
-
 from grpo_doctor.rank import api
+from grpo_doctor.rank.identity import process_group
 from grpo_doctor.rng_sharing import collision_line, shared_rng_states
 from grpo_doctor.schema import Rng
 
 
 def say_shared_seeds(record: Rng | None) -> list[str] | None:
     """Gathers every rank's audit; rank 0 prints the collisions. Returns the lines (on rank 0), else None."""
-    torch = sys.modules.get("torch")
-    dist = getattr(torch, "distributed", None)
-    if dist is None or not dist.is_available() or not dist.is_initialized() or dist.get_world_size() == 1:
+    dist = process_group()
+    if dist is None or dist.get_world_size() == 1:
         return None
     gathered: list[dict | None] = [None] * dist.get_world_size()
     try:

@@ -40,10 +40,10 @@ from __future__ import annotations
 import functools
 import math
 import os
-import sys
 
 import grpo_doctor as gd
 from grpo_doctor.rank import api
+from grpo_doctor.rank.identity import process_group
 from grpo_doctor.rank.integrations.callback import PROBE_NAME, GrpoDoctorCallback
 from grpo_doctor.rank.integrations.layout import as_text, layout_group_ids
 
@@ -140,7 +140,5 @@ def _joined_turns(sample: list) -> list[int]:
 
 
 def _process_index() -> int:
-    dist = getattr(sys.modules.get("torch"), "distributed", None)
-    if dist is not None and dist.is_available() and dist.is_initialized():
-        return dist.get_rank()
-    return 0
+    dist = process_group()
+    return dist.get_rank() if dist is not None else 0
