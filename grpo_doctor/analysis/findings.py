@@ -17,6 +17,7 @@ from typing import Any
 
 FINDINGS_SCHEMA = 1
 SEVERITIES = ("critical", "warning", "info")
+ROLES = (None, "root-cause", "consequence")
 
 
 @dataclass(frozen=True)
@@ -30,43 +31,69 @@ class Finding:
     phase: str | None = None
     evidence: dict[str, Any] = field(default_factory=dict)
     hints: tuple[str, ...] = ()
+    # Set by analysis/incidents.py: "root-cause" or "consequence" (None: stands alone), and on a
+    # consequence the `key` of the root finding that explains it.
+    role: str | None = None
+    caused_by: str | None = None
 
     def __post_init__(self) -> None:
         if self.severity not in SEVERITIES:
             raise ValueError(f"severity {self.severity!r} is not one of {', '.join(SEVERITIES)}")
+        if self.role not in ROLES:
+            raise ValueError(f"role {self.role!r} is not one of {', '.join(map(str, ROLES))}")
+
+    @property
+    def key(self) -> str:
+        """Names this finding among a run's findings: its id, and its ranks where it has some
+        (two rank-crash findings of one run differ by their ranks)."""
+        return f"{self.id}@{','.join(map(str, self.ranks))}" if self.ranks else self.id
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "severity": self.severity, "title": self.title, "ranks": list(self.ranks),
                 "hosts": list(self.hosts), "step": self.step, "phase": self.phase, "evidence": self.evidence,
-                "hints": list(self.hints)}
+                "hints": list(self.hints), "role": self.role, "caused_by": self.caused_by}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Finding:
         return cls(id=data["id"], severity=data["severity"], title=data["title"],
                    ranks=tuple(data.get("ranks") or ()), hosts=tuple(data.get("hosts") or ()),
                    step=data.get("step"), phase=data.get("phase"), evidence=dict(data.get("evidence") or {}),
-                   hints=tuple(data.get("hints") or ()))
+                   hints=tuple(data.get("hints") or ()), role=data.get("role"), caused_by=data.get("caused_by"))
 
 
 def sort_findings(findings: list[Finding]) -> list[Finding]:
-    """Most severe first; within a severity, in the order the rules found them."""
-    return sorted(findings, key=lambda f: SEVERITIES.index(f.severity))
+    """Most severe first; within a severity, in the order the rules found them. A consequence
+    (analysis/incidents.py) follows its root cause, whatever its own severity."""
+    roots = {f.key: f for f in findings if f.role == "root-cause"}
+    heads = sorted((f for f in findings if f.role != "consequence" or f.caused_by not in roots),
+                   key=lambda f: SEVERITIES.index(f.severity))
+    out: list[Finding] = []
+    for head in heads:
+        out.append(head)
+        if head.role == "root-cause" and roots.pop(head.key, None) is not None:  # a repeated key: the first root
+            out += sorted((f for f in findings if f.role == "consequence" and f.caused_by == head.key),
+                          key=lambda f: SEVERITIES.index(f.severity))
+    return out
 
 
 @dataclass(frozen=True)
 class FindingsFile:
-    """The contents of findings.json: `{"schema", "run", "findings", "warnings"}`, and `settings`
-    ({rule id: {field: value}}, the thresholds the user changed) only when there are some."""
+    """The contents of findings.json: `{"schema", "run", "findings", "warnings", "inputs",
+    "not_checked"}`, and `settings` ({rule id: {field: value}}, the thresholds the user changed) only
+    when there are some. `inputs`: one dict per path given (analysis/coverage.py: path, recognised,
+    lines_read, rows_used, unmatched_lines, areas); `not_checked`: the areas no input reached."""
 
     run: list[str]
     findings: list[Finding]
     warnings: list[str]
     settings: dict[str, dict[str, Any]] = field(default_factory=dict)
+    inputs: list[dict[str, Any]] = field(default_factory=list)
+    not_checked: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         out = {"schema": FINDINGS_SCHEMA, "run": [str(p) for p in self.run],
                "findings": [f.to_dict() for f in sort_findings(list(self.findings))],
-               "warnings": list(self.warnings)}
+               "warnings": list(self.warnings), "inputs": list(self.inputs), "not_checked": list(self.not_checked)}
         if self.settings:
             out["settings"] = self.settings
         return out
@@ -74,7 +101,8 @@ class FindingsFile:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> FindingsFile:
         return cls(run=list(data.get("run") or []), findings=[Finding.from_dict(f) for f in data["findings"]],
-                   warnings=list(data.get("warnings") or []), settings=dict(data.get("settings") or {}))
+                   warnings=list(data.get("warnings") or []), settings=dict(data.get("settings") or {}),
+                   inputs=list(data.get("inputs") or []), not_checked=list(data.get("not_checked") or []))
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, default=str)
@@ -90,3 +118,8 @@ class FindingsFile:
     @property
     def has_critical(self) -> bool:
         return any(f.severity == "critical" for f in self.findings)
+
+    @property
+    def nothing_recognised(self) -> bool:
+        """No input contributed anything: "no findings" would mean nothing (report exits 3)."""
+        return bool(self.inputs) and not any(i.get("recognised") for i in self.inputs)

@@ -21,7 +21,8 @@ from grpo_doctor.cli.errors import UserError
 from grpo_doctor.rankset import format_ranks
 
 EXIT_HELP = ("exit status: 0 no critical finding; 1 at least one critical finding; "
-             "2 bad input (missing path, unusable setting).")
+             "2 bad input (missing path, unusable setting); 3 nothing was recognised in any input "
+             "(no records, failure messages or metrics): no verdict.")
 
 
 def add_parser(sub) -> None:
@@ -58,7 +59,9 @@ def run(args) -> int:
     else:
         print(format_findings(out))
         print(f"report: {html_path}\nfindings: {findings_path}", file=sys.stderr)
-    return 1 if out.has_critical else 0
+    if out.has_critical:
+        return 1
+    return 3 if out.nothing_recognised else 0
 
 
 def write_report(paths: list, out: Path | None = None, configs: dict | None = None):
@@ -66,6 +69,7 @@ def write_report(paths: list, out: Path | None = None, configs: dict | None = No
     thresholds), writes findings.json and report.html; returns (FindingsFile, report path, findings path).
     Raises EvidenceError for unusable paths."""
     # pandas and matplotlib are imported here, not at module level: `grpo-doctor watch` must start light.
+    from grpo_doctor.analysis.coverage import describe_coverage
     from grpo_doctor.analysis.findings import FindingsFile
     from grpo_doctor.analysis.load import load_evidence
     from grpo_doctor.analysis.rule_settings import changed_settings
@@ -80,8 +84,10 @@ def write_report(paths: list, out: Path | None = None, configs: dict | None = No
     with paused_gc():
         evidence = load_evidence(paths)
         findings, warnings = run_rules(evidence, configs=configs)
-        result = FindingsFile(run=[str(p) for p in paths], findings=findings, warnings=warnings,
-                              settings=changed_settings(configs or {}))
+        inputs, not_checked, unrecognised = describe_coverage(evidence)
+        result = FindingsFile(run=[str(p) for p in paths], findings=findings, warnings=unrecognised + warnings,
+                              settings=changed_settings(configs or {}), inputs=[i.to_dict() for i in inputs],
+                              not_checked=not_checked)
         html_path = _report_path(out, evidence.paths)
         findings_path = result.write(html_path.with_name("findings.json"))
         render_report(evidence, result, html_path)

@@ -13,7 +13,8 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from grpo_doctor.analysis.findings import Finding, sort_findings
+from grpo_doctor.analysis.findings import Finding
+from grpo_doctor.analysis.incidents import link_incidents
 from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.analysis.rules import (
     collective_mismatch,
@@ -52,7 +53,8 @@ def rule_name(rule: ModuleType) -> str:
 
 def run_rules(evidence: Evidence, rules: list[ModuleType] | None = None,
               configs: dict[str, Any] | None = None) -> tuple[list[Finding], list[str]]:
-    """Every rule's findings (most severe first) and the warnings: the evidence's own, and one per
+    """Every rule's findings, grouped into incidents (analysis/incidents.py: each root cause first, its
+    consequences after it, incidents most severe first), and the warnings: the evidence's own, and one per
     rule that failed (a broken rule must not hide what the others found). `configs` ({rule id:
     Config}, from analysis/rule_settings.py) replaces the default thresholds of the rules it names."""
     findings: list[Finding] = []
@@ -63,4 +65,4 @@ def run_rules(evidence: Evidence, rules: list[ModuleType] | None = None,
             findings.extend(rule.check(evidence, cfg))
         except Exception as exc:  # noqa: BLE001 - reported, never fatal
             warnings.append(f"rule {rule_name(rule)} failed ({type(exc).__name__}: {exc}); its findings are missing")
-    return sort_findings(findings), warnings
+    return link_incidents(findings), warnings

@@ -1,0 +1,162 @@
+"""Never silent: what each input contributed, and which areas no evidence reached.
+
+"No findings" is only worth something next to what was read. For every path given to `report`
+this says what was recognised in it (rank records, watch artifacts, failure messages by kind,
+metric rows by format, flight-recorder dumps, probe results), how many lines were read and how
+many matched nothing; and, for the run as a whole, which of the areas grpo-doctor judges no
+input reached (`not_checked`):
+
+  crashes   rank records, watch's summary, or a log in which something was recognised
+  hangs     rank records with phases, watch (summaries, hang reports), flight-recorder dumps,
+            or NCCL watchdog / collective messages in a log
+  memory    memory snapshots, watch's GPU samples, or a log in which failure messages were recognised
+            (an OOM message in it would have been found)
+  rollouts  rollout records or training metrics (rank step records, framework metric logs)
+  network   probe results, or rank headers from more than one host to compare
+
+A raw log in which nothing at all was recognised is named in one warning line.
+
+Typical use:
+    inputs, not_checked = describe_coverage(evidence)
+    FindingsFile(..., inputs=inputs, not_checked=not_checked)
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grpo_doctor.analysis.load import Evidence
+from grpo_doctor.schema import RunPaths
+
+AREAS = ("crashes", "hangs", "memory", "rollouts", "network")
+_HANG_KINDS = ("nccl-timeout", "nccl-watchdog-status", "nccl-watchdog-stuck", "nccl-error", "rendezvous-failure")
+_COUNT_CHUNK_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class InputSummary:
+    """What one path given to the report contributed. `lines_read` and `unmatched_lines` count text
+    lines of raw logs (None for run directories); `rows_used` counts rank records, metric rows and
+    signatures taken from it."""
+
+    path: str
+    recognised: tuple[str, ...] = ()
+    lines_read: int | None = None
+    rows_used: int = 0
+    unmatched_lines: int | None = None
+    areas: tuple[str, ...] = field(default=(), compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "recognised": list(self.recognised), "lines_read": self.lines_read,
+                "rows_used": self.rows_used, "unmatched_lines": self.unmatched_lines, "areas": list(self.areas)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> InputSummary:
+        return cls(path=str(data.get("path", "")), recognised=tuple(data.get("recognised") or ()),
+                   lines_read=data.get("lines_read"), rows_used=int(data.get("rows_used") or 0),
+                   unmatched_lines=data.get("unmatched_lines"), areas=tuple(data.get("areas") or ()))
+
+
+def describe_coverage(ev: Evidence) -> tuple[list[InputSummary], list[str], list[str]]:
+    """(one InputSummary per input path, the areas no input reached, warnings for inputs in which
+    nothing was recognised)."""
+    inputs = [_describe_path(ev, Path(p)) for p in ev.paths]
+    reached = {area for summary in inputs for area in summary.areas}
+    warnings = [_unrecognised_warning(s) for s in inputs if not s.recognised]
+    return inputs, [a for a in AREAS if a not in reached], warnings
+
+
+def _unrecognised_warning(summary: InputSummary) -> str:
+    if summary.lines_read == 0:
+        return f"{summary.path}: empty; nothing in it was checked"
+    lines = f" ({summary.lines_read} lines)" if summary.lines_read is not None else ""
+    return (f"{summary.path}{lines}: nothing recognised in it (no grpo-doctor records, no failure message and no "
+            "training metrics grpo-doctor knows); it was not checked")
+
+
+def _under(source: str | Path | None, path: Path) -> bool:
+    if source is None:
+        return False
+    source = Path(source)
+    return source == path or path in source.parents
+
+
+def _describe_path(ev: Evidence, path: Path) -> InputSummary:
+    recognised: list[str] = []
+    areas: set[str] = set()
+    rows = 0
+    ranks = [log for log in (ev.run.ranks.values() if ev.run else ()) if _under(log.path, path)]
+    if ranks:
+        num_records = sum(len(log.records) for log in ranks)
+        num_phases = int(ev.phases["rank"].isin([log.rank for log in ranks]).sum()) if not ev.phases.empty else 0
+        num_memory = int(ev.memory["rank"].isin([log.rank for log in ranks]).sum()) if not ev.memory.empty else 0
+        recognised.append(f"rank records of {len(ranks)} rank(s)")
+        rows += num_records + num_phases + num_memory
+        areas.add("crashes")
+        if num_phases:
+            areas.add("hangs")
+        if num_memory:
+            areas.add("memory")
+        ranks_set = {log.rank for log in ranks}
+        if any(r.rank in ranks_set for r in ev.rollout_records) or _has_steps(ev, ranks_set):
+            areas.add("rollouts")
+        if len({log.host for log in ranks if log.host}) > 1:
+            areas.add("network")
+    supervisor = RunPaths(path).supervisor if path.is_dir() else None
+    if supervisor is not None and supervisor.is_dir():
+        hosts = sorted(p.name for p in supervisor.iterdir() if p.is_dir())
+        recognised.append(f"watch output of host(s) {', '.join(hosts)}")
+        areas |= {"crashes", "hangs"}
+        if any(row.get("kind") == "gpu" for row in ev.sample_rows):
+            areas.add("memory")
+    dumps = [d for d in ev.flight_dumps if _under(d.path, path)]
+    if dumps:
+        recognised.append(f"{len(dumps)} flight-recorder dump(s)")
+        rows += sum(len(d.entries) for d in dumps)
+        areas.add("hangs")
+    sig_kinds = Counter(row["kind"] for row in ev.signature_rows if _under(row["source"], path))
+    sig_lines = sum(str(row["text"]).count("\n") + 1 for row in ev.signature_rows if _under(row["source"], path))
+    if sig_kinds:
+        recognised.append("failure messages: " + ", ".join(f"{k} x{n}" for k, n in sorted(sig_kinds.items())))
+        rows += sum(sig_kinds.values())
+        areas |= {"crashes", "memory"}  # a training log read through: an OOM message would have been found
+        if any(k in _HANG_KINDS for k in sig_kinds):
+            areas.add("hangs")
+    metric_rows = 0
+    for log in ev.metric_logs:
+        if _under(log.path, path) and (log.steps or log.completions):
+            fmt = getattr(log, "format", None) or log.source
+            recognised.append(f"{len(log.steps)} metric row(s) ({fmt})")
+            metric_rows += len(log.steps) + len(log.completions)
+            areas.add("rollouts")
+    rows += metric_rows
+    if ev.probe is not None and any(_under(f, path) for f, _ in [*ev.probe.nodes, *ev.probe.collectives]):
+        recognised.append("probe results")
+        areas.add("network")
+    lines_read = unmatched = None
+    if path.is_file() and not dumps and not ranks:
+        lines_read = _count_lines(path)
+        unmatched = max(0, lines_read - sig_lines - metric_rows)
+    return InputSummary(path=str(path), recognised=tuple(recognised), lines_read=lines_read, rows_used=rows,
+                        unmatched_lines=unmatched, areas=tuple(a for a in AREAS if a in areas))
+
+
+def _has_steps(ev: Evidence, ranks: set[int]) -> bool:
+    if ev.steps.empty or "rank" not in ev.steps:
+        return False
+    return bool(ev.steps["rank"].isin(list(ranks)).any())
+
+
+def _count_lines(path: Path) -> int:
+    """Text lines in a file (a last line without a newline counts), read in bounded chunks."""
+    count, last = 0, b"\n"
+    try:
+        with path.open("rb") as f:
+            while chunk := f.read(_COUNT_CHUNK_BYTES):
+                count += chunk.count(b"\n")
+                last = chunk[-1:]
+    except OSError:
+        return 0
+    return count + (last != b"\n")

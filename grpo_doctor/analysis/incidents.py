@@ -1,0 +1,166 @@
+"""Cause before effect: groups a run's findings into incidents, one root cause and the findings it explains.
+
+A distributed job fails as a cascade. One rank hangs in a reward function, runs out of memory or dies;
+every other rank then times out in the next collective, loses its peer, or is stopped by torchrun.
+Sorted by severity alone, the victims' timeouts lead and the culprit comes third. Here each finding
+that another one explains becomes a `consequence` whose `caused_by` is the root's `Finding.key`;
+the root becomes a `root-cause` (as severe as the worst of its consequences), and the list is put in
+order: each root first with its consequences right after it, incidents by severity.
+
+What explains what (the root kinds, most fundamental first; a finding is explained by the first root
+that can explain it):
+- rendezvous-failure: the job never formed; later collective timeouts, NCCL errors and crashes follow.
+- cuda-oom, host-oom: the rank that ran out of memory died; the others' NCCL errors, timeouts, peer-lost
+  crashes and the dead rank's own crash record are the same event.
+- collective-mismatch, hang: the culprit rank was elsewhere; those waiting in the collective timed out.
+- rank-crash of a rank that failed on its own (an exception, SIGKILL, SIGSEGV): its peers' timeouts,
+  "Connection closed by peer" and the siblings torchrun stopped are consequences.
+- nccl-error that is not a peer's departure (e.g. "unhandled system error"): the crashes it caused.
+- seed-collision, constant-reward: identical completions / a constant reward leave every group with
+  zero reward spread, hence dead steps, zero advantage and zero KL.
+A finding is a victim (explainable) when it says it waited for or lost a peer: nccl-timeout, an NCCL
+error of a departed peer, a rank-crash whose exception is a collective timeout or a lost connection,
+one ended by SIGABRT / SIGTERM after a failure elsewhere, or the crash of the very rank that ran out of
+memory.
+
+Typical use:
+    findings = link_incidents(findings)      # run_rules does this last
+    root = findings[0]                       # the root cause of the most severe incident
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+from grpo_doctor.analysis.findings import SEVERITIES, Finding, sort_findings
+
+# Root kinds in the order they are tried: the most fundamental cause first.
+ROOT_ORDER = ("rendezvous-failure", "cuda-oom", "host-oom", "collective-mismatch", "hang", "rank-crash",
+              "nccl-error", "seed-collision", "constant-reward")
+# Words of an exception raised in a rank because a collective or a peer failed, not by the rank itself.
+WAITED_WORDS = ("timed out", "timeout", "connection closed by peer", "connection reset by peer", "broken pipe",
+                "remote process exited", "remote worker", "communicator was aborted", "dist_backend_error",
+                "distbackenderror", "processgroupnccl", "watchdog", "nccl error", "ncclsystemerror",
+                "ncclremoteerror", "peer", "store")
+ABORT_SIGNALS = ("SIGABRT", "SIGTERM", "SIGINT", "SIGHUP")
+ABORT_EXITCODES = (-6, 134, -15, 143)
+ROLLOUT_EFFECTS = ("zero-std-groups", "dead-step", "zero-kl", "constant-reward")
+
+
+def link_incidents(findings: list[Finding]) -> list[Finding]:
+    """The findings with `role` / `caused_by` set and in incident order (see the module docstring)."""
+    findings = list(findings)
+    consequence_of: dict[int, int] = {}  # index of a consequence -> index of its root
+    for root_id in ROOT_ORDER:
+        for i, root in enumerate(findings):
+            if root.id != root_id or i in consequence_of or _is_victim(root, findings):
+                continue
+            explains = _EXPLAINS[root_id]
+            for j, other in enumerate(findings):
+                if j != i and j not in consequence_of and j not in consequence_of.values() \
+                        and explains(root, other, findings):
+                    consequence_of[j] = i
+    roots = set(consequence_of.values())
+    out: list[Finding] = []
+    for i, f in enumerate(findings):
+        if i in consequence_of:
+            out.append(dataclasses.replace(f, role="consequence", caused_by=findings[consequence_of[i]].key))
+        elif i in roots:
+            worst = min((findings[j].severity for j, r in consequence_of.items() if r == i), key=SEVERITIES.index)
+            severity = min(f.severity, worst, key=SEVERITIES.index)
+            out.append(dataclasses.replace(f, role="root-cause", severity=severity))
+        else:
+            out.append(f)
+    return sort_findings(out)
+
+
+def _is_victim(f: Finding, findings: list[Finding]) -> bool:
+    """A finding that only says this rank waited for or lost another (never a root while a cause exists)."""
+    if f.id == "nccl-timeout":
+        return True
+    if f.id == "nccl-error":
+        return _peer_departed(f)
+    if f.id == "rank-crash":
+        return _crash_waited(f, findings)
+    return False
+
+
+def _peer_departed(f: Finding) -> bool:
+    text = " ".join(str(f.evidence.get(k) or "") for k in ("detail", "error_code", "last_error")) + " " + f.title
+    return any(w in text.lower() for w in ("remote process exited", "remote", "peer", "aborted"))
+
+
+def _crash_waited(f: Finding, findings: list[Finding]) -> bool:
+    """A crash that is an effect: its exception says it waited or lost a peer, or it was aborted or stopped
+    (SIGABRT after an NCCL timeout, SIGTERM from torchrun) while something else failed."""
+    if f.severity != "critical":  # rank_crash.py marks the ranks the launcher stopped after a failure
+        return True
+    message = " ".join(str(f.evidence.get(k) or "") for k in ("exc_type", "message")).lower()
+    if f.evidence.get("exc_type") and any(w in message for w in WAITED_WORDS):
+        return True
+    aborted = f.evidence.get("signal") in ABORT_SIGNALS or f.evidence.get("exitcode") in ABORT_EXITCODES
+    others_failed = any(g is not f and g.id != "rank-crash" and g.severity == "critical" for g in findings) or any(
+        g is not f and g.id == "rank-crash" and set(g.ranks) - set(f.ranks) for g in findings)
+    return aborted and not f.evidence.get("exc_type") and others_failed
+
+
+def _collective_effects(root: Finding, other: Finding, findings: list[Finding]) -> bool:
+    """What a rank that left the collectives (hung, mismatched, dead, out of memory) does to the others."""
+    if other.id == "nccl-timeout":
+        return True
+    if other.id == "nccl-error":
+        return _peer_departed(other) or bool(set(other.ranks) & set(root.ranks))
+    if other.id == "rank-crash":
+        return _crash_waited(other, findings) or bool(set(other.ranks) and set(other.ranks) <= set(root.ranks))
+    if other.id == "hang":  # ranks stuck waiting for the dead or out-of-memory rank
+        return root.id != "hang" and not (set(other.ranks) <= set(root.ranks) and root.id == "collective-mismatch")
+    return False
+
+
+def _rendezvous_effects(root: Finding, other: Finding, findings: list[Finding]) -> bool:
+    return other.id in ("nccl-timeout", "nccl-error", "hang") or (
+        other.id == "rank-crash" and (_crash_waited(other, findings) or other.evidence.get("exitcode") == 1))
+
+
+def _memory_effects(root: Finding, other: Finding, findings: list[Finding]) -> bool:
+    if other.id in ("cuda-oom", "host-oom", "vllm-memory"):
+        return False  # several ranks out of memory: each its own incident
+    if other.id == "hang":
+        return not set(other.ranks) <= set(root.ranks) or not root.ranks
+    return _collective_effects(root, other, findings)
+
+
+def _hang_effects(root: Finding, other: Finding, findings: list[Finding]) -> bool:
+    if other.id == "hang":
+        return False
+    if other.id == "rank-crash" and set(other.ranks) and set(other.ranks) <= set(root.ranks):
+        return _crash_waited(other, findings)  # the culprit's own crash is news, a victim's is not
+    return _collective_effects(root, other, findings)
+
+
+def _crash_effects(root: Finding, other: Finding, findings: list[Finding]) -> bool:
+    if other.id == "rank-crash":
+        return _crash_waited(other, findings) and not set(other.ranks) <= set(root.ranks)
+    return _collective_effects(root, other, findings)
+
+
+def _nccl_error_effects(root: Finding, other: Finding, findings: list[Finding]) -> bool:
+    return other.id in ("nccl-timeout", "hang") or (other.id == "rank-crash" and _crash_waited(other, findings)) or (
+        other.id == "rank-crash" and "nccl" in str(other.evidence.get("message") or "").lower())
+
+
+def _rollout_effects(root: Finding, other: Finding, findings: list[Finding]) -> bool:
+    return other.id in ROLLOUT_EFFECTS and other.id != root.id
+
+
+_EXPLAINS: dict[str, Callable[[Finding, Finding, list[Finding]], bool]] = {
+    "rendezvous-failure": _rendezvous_effects,
+    "cuda-oom": _memory_effects,
+    "host-oom": _memory_effects,
+    "collective-mismatch": _hang_effects,
+    "hang": _hang_effects,
+    "rank-crash": _crash_effects,
+    "nccl-error": _nccl_error_effects,
+    "seed-collision": _rollout_effects,
+    "constant-reward": _rollout_effects,
+}
