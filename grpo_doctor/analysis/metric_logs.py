@@ -14,7 +14,9 @@ Read, by file name:
 A completion's reward: a `reward` column holding the total (ms-swift < 3.4), else the trainers' weighted
 nansum of the reward functions' columns (completion_rewards.py: which columns, which weights).
 A directory is searched for these too: the latest checkpoint-N/trainer_state.json (when there is no
-top-level one) and completions/*.parquet. Metric names are renamed to the vocabulary of
+top-level one), completions/*.parquet, and TensorBoard event files up to three levels down (read by
+metric_files.py, which also tells W&B exports and verl's file logger by their content; console_metrics.py
+reads the metric lines printed in a raw log). Metric names are renamed to the vocabulary of
 metric_names.py; a trainer_state.json beside an ms-swift args.json is read as ms-swift's.
 
 Typical use:
@@ -32,15 +34,15 @@ from typing import Any
 import pandas as pd
 
 from grpo_doctor.analysis.completion_rewards import number, reward_functions, weighted_sum
-from grpo_doctor.analysis.metric_names import canonical_frame
+from grpo_doctor.analysis.metric_names import ALIASES, SWIFT, TRL, canonical_frame
 from grpo_doctor.checks.groups import duplicate_rate, group_members
 
-TRL, SWIFT = "trl", "ms-swift"
 METRIC_LOG_NAMES = ("trainer_state.json", "logging.jsonl", "completions.jsonl")
 SAMPLES_PER_STEP = 8  # completions kept per step for the report; the diversity figures use all of them
 SWIFT_ARGS = ("beta", "scale_rewards", "temperature", "num_generations", "max_completion_length", "seed",
               "dynamic_sample", "use_vllm", "vllm_mode", "reward_funcs", "reward_weights")
-NONFINITE_CHECKED = ("loss", "grad_norm")  # the same name in every framework and in the canonical vocabulary
+NONFINITE_CHECKED = ("loss", "grad_norm")  # canonical names; each framework's own (ALIASES) are checked
+TENSORBOARD_GLOBS = ("events.out.tfevents.*", "*/events.out.tfevents.*", "*/*/events.out.tfevents.*")
 _SKIP_ENTRY_KEYS = ("train_runtime", "train_loss", "last_model_checkpoint")  # end-of-training summaries
 
 
@@ -50,7 +52,11 @@ class MetricLog:
     """One framework file, read: step rows in the canonical vocabulary, completions, run arguments."""
 
     path: Path
-    source: str  # TRL or SWIFT
+    source: str  # the framework: metric_names.TRL, SWIFT, VERL or OPENRLHF (rules judge each source apart)
+    # what the file was recognised as: trainer-state, ms-swift-jsonl, trl-completions, ms-swift-completions
+    # (this module), trl-console, ms-swift-console, verl-console, openrlhf-console (console_metrics.py),
+    # verl-jsonl, wandb-csv, wandb-json, tensorboard (metric_files.py)
+    format: str = ""
     steps: list[dict[str, Any]] = field(default_factory=list)  # step, source and canonical metrics
     completions: list[dict[str, Any]] = field(default_factory=list)  # COMPLETION_COLUMNS of load.py
     diversity: list[dict[str, Any]] = field(default_factory=list)  # step, duplicate_rate (from completion texts)
@@ -59,14 +65,21 @@ class MetricLog:
     nonfinite: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
+    @property
+    def num_rows(self) -> int:
+        """Metric rows read: logged steps plus completions."""
+        return len(self.steps) + len(self.completions)
+
 
 def is_metric_log(path: Path) -> bool:
     return path.name in METRIC_LOG_NAMES or (path.suffix == ".parquet" and path.name.startswith("completions_"))
 
 
 def find_metric_logs(directory: Path) -> list[Path]:
-    """Metric logs below `directory` that a scan of its top-level files misses (TRL keeps them in sub-directories)."""
+    """Metric logs below `directory` that a scan of its top-level files misses (TRL keeps them in sub-directories;
+    the HF Trainer's and verl's TensorBoard event files sit one to three levels down: runs/<date>/, ...)."""
     found = sorted((directory / "completions").glob("completions_*.parquet"))
+    found += sorted(p for pattern in TENSORBOARD_GLOBS[1:] for p in directory.glob(pattern) if p.is_file())
     if not (directory / "trainer_state.json").is_file() and not (directory / "logging.jsonl").is_file():
         state = _latest_checkpoint_state(directory)
         if state is not None:
@@ -82,8 +95,10 @@ def _latest_checkpoint_state(directory: Path) -> Path | None:
 
 def read_metric_log(path: Path) -> MetricLog:
     args = _swift_args(path.parent)
-    log = MetricLog(path=path, source=SWIFT if args is not None or path.name.endswith(".jsonl") else TRL,
-                    args=args or {})
+    source = SWIFT if args is not None or path.name.endswith(".jsonl") else TRL
+    kind = {"trainer_state.json": "trainer-state", "logging.jsonl": "ms-swift-jsonl"}.get(path.name, "completions")
+    log = MetricLog(path=path, source=source, args=args or {},
+                    format=f"{source}-completions" if kind == "completions" else kind)
     try:
         if path.name == "trainer_state.json":
             state = json.loads(path.read_text(errors="replace"))
@@ -91,9 +106,9 @@ def read_metric_log(path: Path) -> MetricLog:
             if not isinstance(entries, list):
                 log.warnings.append(f"{path}: no log_history list; not a Trainer state file, left out")
                 return log
-            _add_steps(log, [e for e in entries if isinstance(e, dict) and isinstance(e.get("step"), int)])
+            add_steps(log, [e for e in entries if isinstance(e, dict) and isinstance(e.get("step"), int)])
         elif path.name == "logging.jsonl":
-            _add_steps(log, [_with_swift_step(e) for e in _json_lines(log) if "global_step/max_steps" in e])
+            add_steps(log, [with_swift_step(e) for e in _json_lines(log) if "global_step/max_steps" in e])
         elif path.name == "completions.jsonl":
             _add_completions(log, _swift_completion_rows(_json_lines(log)))
         else:
@@ -148,23 +163,26 @@ def _json_lines(log: MetricLog) -> list[dict[str, Any]]:
     return out
 
 
-def _with_swift_step(entry: dict[str, Any]) -> dict[str, Any]:
+def with_swift_step(entry: dict[str, Any]) -> dict[str, Any]:
     done, _, _ = str(entry["global_step/max_steps"]).partition("/")
     return {**entry, "step": int(done) if done.strip().isdigit() else None}
 
 
-def _add_steps(log: MetricLog, entries: list[dict[str, Any]]) -> None:
+def add_steps(log: MetricLog, entries: list[dict[str, Any]]) -> None:
+    """Logged entries (a dict each: "step" and the framework's own metric names) become `log.steps` in the
+    canonical vocabulary; evaluation entries and end-of-training summaries are left out."""
     entries = [e for e in entries if e.get("step") is not None and not any(k in e for k in _SKIP_ENTRY_KEYS)
                and not any(str(k).startswith("eval_") for k in e)]
     if not entries:
         log.warnings.append(f"{log.path}: no training steps logged")
         return
     for entry in entries:
-        for key in NONFINITE_CHECKED:
-            value = entry.get(key)
+        for name in NONFINITE_CHECKED:
+            value = next((entry[key] for key in ALIASES[name] if key in entry), None)
             if isinstance(value, float) and not math.isfinite(value):
-                log.nonfinite.append({"step": entry["step"], "metric": key, "value": value})
-    reward_std_is = "batch" if log.source == TRL or log.args.get("scale_rewards") == "batch" else "group_mean"
+                log.nonfinite.append({"step": entry["step"], "metric": name, "value": value})
+    # ms-swift's plain reward_std is the mean of group stds; TRL's (and any other's) the batch std
+    reward_std_is = "group_mean" if log.source == SWIFT and log.args.get("scale_rewards") != "batch" else "batch"
     frame = canonical_frame(pd.DataFrame(entries), reward_std_is=reward_std_is)
     frame["source"] = log.source
     log.steps = frame.to_dict("records")

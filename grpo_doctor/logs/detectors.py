@@ -13,10 +13,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from grpo_doctor.logs import nccl, oom, rendezvous, torchrun, vllm
+from grpo_doctor.logs import cluster, faults, nccl, oom, rendezvous, torchrun, vllm
 from grpo_doctor.logs.joiner import JoinSpec
 from grpo_doctor.logs.kinds import (
     CHILD_FAILED,
+    CUDA_FAULT,
     CUDA_OOM,
     HOST_OOM,
     NCCL_ERROR,
@@ -26,6 +27,7 @@ from grpo_doctor.logs.kinds import (
     NCCL_WATCHDOG_STUCK,
     RENDEZVOUS_FAILURE,
     VLLM_MEMORY,
+    WORKER_DIED,
 )
 from grpo_doctor.logs.pytraceback import HEADER
 
@@ -42,6 +44,9 @@ KEYWORDS = (
     "exitcode", "      : ", "Root Cause",  # torchrun's agent line, ChildFailedError fields and root cause
     "Killed process",  # older kernels put the OOM killer's numbers on their own line
     *vllm.KEYWORDS,
+    "waitForInput",  # a c10d store read that timed out ("Socket Timeout" has "ocket")
+    *faults.KEYWORDS,  # CUDA faults, rollout-engine and Ray actor deaths
+    *cluster.KEYWORDS,  # Slurm and Kubernetes kills
 )
 _NCCL_PARSERS = ((NCCL_TIMEOUT, nccl.parse_watchdog_timeout), (NCCL_WATCHDOG_STATUS, nccl.parse_watchdog_status),
                  (NCCL_WATCHDOG_STUCK, nccl.parse_watchdog_stuck), (NCCL_ERROR, nccl.parse_nccl_error),
@@ -56,6 +61,9 @@ JOIN_SPECS = (
     JoinSpec(NCCL_ERROR, nccl.starts_error, nccl.error_complete, nccl.ERROR_VOCABULARY, 5, (HEADER,)),
     JoinSpec(HOST_OOM, lambda t: oom.RAY_OOM_START in t, lambda t: oom.RAY_OOM_END in t,
              ("exceeds", "threshold", "GB", "running", "IP"), 3, (HEADER,)),
+    # Ray prints an actor's identity on tab-indented lines under "The actor died unexpectedly ...".
+    JoinSpec(WORKER_DIED, lambda t: faults.ACTOR_START in t, lambda t: "Worker exit type" in t or "owner has died" in t,
+             faults.ACTOR_VOCABULARY, 8, (HEADER,)),
     *(JoinSpec(VLLM_MEMORY, lambda t, s=start: s in t, lambda t, e=ends: any(x in t for x in e),
                _VLLM_VOCABULARY, 3, (HEADER,)) for start, ends in vllm.JOINS),
 )
@@ -85,6 +93,15 @@ def detect(text: str) -> list[tuple[str, dict[str, Any]]]:
         found.append((HOST_OOM, oom.parse_kernel_oom(text)))
     if memory and oom.RAY_OOM_START in text:
         found.append((HOST_OOM, oom.parse_ray_oom(text)))
+    if memory and "emory pressure" in text or "System memory low" in text:
+        found.append((HOST_OOM, oom.parse_ray_pressure(text)))
+    if any(word in text for word in cluster.KEYWORDS):
+        found.append((HOST_OOM, cluster.parse_cluster_oom(text)))
+        found.append((CHILD_FAILED, cluster.parse_srun_task(text)))
+    if "CUDA error" in text:
+        found.append((CUDA_FAULT, faults.parse_cuda_fault(text)))
+    if any(word in text for word in faults.KEYWORDS[1:]) or "EngineDeadError" in text:
+        found.append((WORKER_DIED, faults.parse_worker_died(text)))
     if memory or any(word in text for word in vllm.KEYWORDS):
         found.append((VLLM_MEMORY, vllm.parse_vllm_memory(text)))
     return [(kind, fields) for kind, fields in found if fields is not None]

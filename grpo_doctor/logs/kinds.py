@@ -23,18 +23,24 @@ CHILD_FAILED = "child-failed"
 HOST_OOM = "host-oom"
 PYTHON_TRACEBACK = "python-traceback"
 VLLM_MEMORY = "vllm-memory"
+CUDA_FAULT = "cuda-fault"
+WORKER_DIED = "worker-died"
 
 # `rank` in the NCCL kinds is the rank inside process group `pg` as the message prints it; the
 # Signature's own rank is the global rank from the line's prefix when it has one.
 FIELDS: dict[str, tuple[str, ...]] = {
-    # wording: "new" (torch >= 2.1), "old" (<= 2.0) or "cuda-error" ("CUDA error: out of memory",
-    # a cudaMalloc outside the caching allocator: no numbers). processes: [{"pid": int | "this",
+    # wording: "new" (torch >= 2.1), "old" (<= 2.0), "cuda-error" ("CUDA error: out of memory",
+    # a cudaMalloc outside the caching allocator: no numbers) or "cumem" (a CUDA virtual-memory
+    # allocator of an inference engine in sleep mode: vLLM's "CUDA Error: out of memory at
+    # cumem_allocator.cpp:62", SGLang's torch_memory_saver "CUresult error: 2 (out of memory)"). processes: [{"pid": int | "this",
     # "used_bytes": int}] in the order printed; `0 bytes` means NVML could not attribute, not idle.
     CUDA_OOM: ("wording", "gpu", "requested_bytes", "total_bytes", "free_bytes", "processes", "allowed_bytes",
                "allocated_bytes", "private_pool_bytes", "reserved_unallocated_bytes", "reserved_bytes"),
     NCCL_TIMEOUT: ("seq", "op", "numel_in", "numel_out", "timeout_ms", "ran_for_ms", "rank", "pg", "pg_desc"),
     NCCL_WATCHDOG_STATUS: ("seq", "last_enqueued", "last_started", "last_completed", "rank", "pg", "pg_desc"),
-    NCCL_WATCHDOG_STUCK: ("stuck_s", "rank", "pg", "pg_desc"),
+    # terminated: the heartbeat monitor's "Terminating the process after attempting to dump debug
+    # info, due to ProcessGroupNCCL watchdog hang" (stuck_s None on that line).
+    NCCL_WATCHDOG_STUCK: ("stuck_s", "rank", "pg", "pg_desc", "terminated"),
     # detail: "unhandled system error", "remote process exited or there was a network error", ...
     # error_code: the ncclXxxError line; address/bad_interface as in nccl-warn, from last_error.
     NCCL_ERROR: ("detail", "file", "line", "nccl_version", "error_code", "last_error", "address", "port",
@@ -45,21 +51,33 @@ FIELDS: dict[str, tuple[str, ...]] = {
     NCCL_WARN: ("message", "host", "pid", "device", "address", "port", "bad_interface", "cuda_error"),
     # error_type: "address-in-use", "server-listen-failed", "DistStoreError", "DistNetworkError",
     # "RendezvousConnectionError", "RendezvousTimeoutError", "client-connect-failed",
-    # "client-connect-timeout" (the first that applies, most telling first).
+    # "client-connect-timeout", "store-timeout" (waitForInput / Socket Timeout: a store read
+    # waited in vain) (the first that applies, most telling first).
     RENDEZVOUS_FAILURE: ("error_type", "host", "port", "errno", "reason", "timeout_s", "joined", "expected"),
-    # origin: "summary" (the ChildFailedError block) or "agent" (the launcher's own "failed
-    # (exitcode: ...)" line); both report the same failure, same pid. root_cause: None for agent lines.
+    # origin: "summary" (the ChildFailedError block), "agent" (the launcher's own "failed
+    # (exitcode: ...)" line; both report the same failure, same pid) or "srun" (Slurm's
+    # "srun: error: HOST: task N: ..."; rank is the task id). root_cause: None for agent lines.
     CHILD_FAILED: ("origin", "rank", "local_rank", "host", "exitcode", "pid", "signal", "root_cause", "time",
                    "error_file", "traceback", "script", "binary"),
-    # source: "kernel" (OOM killer; cgroup says whether a memory cgroup's limit was hit) or "ray"
-    # (Ray's memory monitor: used/total of the node, threshold as a fraction).
+    # source: "kernel" (OOM killer; cgroup says whether a memory cgroup's limit was hit), "ray"
+    # (Ray's memory monitor: used/total of the node, threshold as a fraction; num_killed workers),
+    # "slurm" (slurmstepd's oom_kill events of a step's cgroup: num_killed, step; or srun's "task N:
+    # Out Of Memory": task) or "kubernetes" (a container's OOMKilled).
     HOST_OOM: ("source", "pid", "process", "anon_rss_bytes", "total_vm_bytes", "file_rss_bytes",
-               "shmem_rss_bytes", "cgroup", "used_bytes", "total_bytes", "threshold", "node_ip", "task"),
+               "shmem_rss_bytes", "cgroup", "used_bytes", "total_bytes", "threshold", "node_ip", "task",
+               "num_killed", "step"),
     # frames: "file:line in func", outermost first, the last 20; partial: the paste starts after
     # the "Traceback" line; exc_type None: the traceback was cut off before its exception line.
     PYTHON_TRACEBACK: ("exc_type", "message", "frames", "num_frames", "rank", "partial"),
     # One signature per informative line; no_cache_memory: the engine has no room for a KV cache
     # (none left, negative, zero GPU blocks, or smaller than one max-length request).
+    # A CUDA fault outside NCCL: error is CUDA's text ("an illegal memory access was encountered").
+    CUDA_FAULT: ("error", "exc_type", "device_side_assert"),
+    # component: "vllm-engine" (EngineCore fatal error / EngineDeadError, also wrapped in Ray),
+    # "vllm-worker" ("Worker proc X died unexpectedly") or "ray-actor" (ActorDiedError, "Worker
+    # exit type"); pid / ip / actor_name / class_name as Ray prints them.
+    WORKER_DIED: ("component", "exc_type", "message", "class_name", "actor_name", "pid", "ip", "exit_type",
+                  "exit_detail"),
     VLLM_MEMORY: ("kv_cache_bytes", "weights_bytes", "activation_peak_bytes", "non_torch_bytes", "peak_torch_bytes",
                   "total_gpu_bytes", "gpu_memory_utilization", "num_gpu_blocks", "num_cpu_blocks",
                   "kv_cache_tokens", "max_model_len", "max_concurrency", "no_cache_memory"),

@@ -6,7 +6,8 @@ watchdog's WorkNCCL(...) is read key by key, so older releases without NumelIn/N
 ones with more keys both parse. Status lines come in three wordings ("failure detected by
 watchdog at work sequence id: 5 PG status: last enqueued work: 5, last completed work: 4",
 "Exception (either an error or timeout) detected by watchdog at work: 5, last enqueued NCCL
-work: ...", "Timeout at NCCL work: 5, ...").
+work: ...", "Timeout at NCCL work: 5, ..."). The heartbeat monitor's "watchdog got stuck for N seconds"
+and "Terminating the process ... due to ProcessGroupNCCL watchdog hang" are nccl-watchdog-stuck.
 
 Typical use:
     parse_watchdog_timeout("[Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, "
@@ -38,6 +39,7 @@ _ENQUEUED = re.compile(r"last enqueued (?:NCCL )?work:\s*(-?\d+)")
 _STARTED = re.compile(r"last started (?:NCCL )?work:\s*(-?\d+)")
 _COMPLETED = re.compile(r"last completed (?:NCCL )?work:\s*(-?\d+)")
 _STUCK = re.compile(r"watchdog got stuck for (\d+) seconds")
+_TERMINATING = "Terminating the process after attempting to dump debug info"
 _ERROR = re.compile(
     r"NCCL error(?: in: (?P<file>[^\s,]+?):(?P<line>\d+))?[,:] (?P<detail>.+?)"
     r"(?: \(run with NCCL_DEBUG=\w+ for details\))?(?:, NCCL [vV]ersion (?P<version>[\w.+-]+)|[.;]|\s*$| ncclR| nccl\w+Error)"
@@ -97,8 +99,12 @@ def parse_watchdog_status(text: str) -> dict[str, Any] | None:
 
 
 def parse_watchdog_stuck(text: str) -> dict[str, Any] | None:
+    """The heartbeat monitor: "watchdog got stuck for N seconds", or its last word before the abort,
+    "Terminating the process after attempting to dump debug info, due to ProcessGroupNCCL watchdog hang"."""
+    if _TERMINATING in text:
+        return {"stuck_s": None, "terminated": True, **parse_pg_tag(text)}
     m = _STUCK.search(text) if "got stuck" in text else None
-    return {"stuck_s": int(m.group(1)), **parse_pg_tag(text)} if m else None
+    return {"stuck_s": int(m.group(1)), "terminated": False, **parse_pg_tag(text)} if m else None
 
 
 def parse_nccl_error(text: str) -> dict[str, Any] | None:

@@ -6,6 +6,9 @@ has. Both wordings are read: torch >= 2.1 ("GPU 7 has a total capacity of ... of
 free. Process 1234 has ... memory in use. Of the allocated memory ...", with the 2.1 typo
 "capacty" and the newer PYTORCH_ALLOC_CONF hint) and torch <= 2.0 ("(GPU 0; 7.93 GiB total
 capacity; 130.35 MiB already allocated; 47.06 MiB free; 188.00 MiB reserved in total by PyTorch)").
+Also the sleep-mode allocators of inference engines (vLLM's "CUDA Error: out of memory at
+/workspace/csrc/cumem_allocator.cpp:62" in wake_up, SGLang's torch_memory_saver "CUresult error: 2
+(out of memory)"), and Ray's memory monitor in its three wordings.
 
 Typical use:
     fields = parse_cuda_oom("CUDA out of memory. Tried to allocate 1.42 GiB. GPU 7 has a total ...")
@@ -51,16 +54,32 @@ _RAY_PID = re.compile(r"\bpid=(\d+)")
 _RAY_NAME = re.compile(r"\bname=([^,]+)")
 RAY_OOM_START = "Memory on the node"
 RAY_OOM_END = "threshold of"
+# The raylet's summary of its memory monitor's kills, and the older wording of one kill.
+_RAY_PRESSURE = re.compile(r"(\d+) Workers \(tasks / actors\) killed due to memory pressure \(OOM\)"
+                           r"(?:.*?at node \(ID: \w+, IP: ([^)\s]+)\))?")
+_RAY_LOW = re.compile(r"System memory low at node with IP ([^.\s]+(?:\.\d+){3})\. Used memory \((\d+(?:\.\d+)?)GB\) / "
+                      r"total capacity \((\d+(?:\.\d+)?)GB\) \([\d.]+\) exceeds threshold (\d+(?:\.\d+)?)")
+# Allocation failures of the CUDA virtual-memory allocators that inference engines use for sleep
+# mode: vLLM's cumem_allocator.cpp and SGLang's torch_memory_saver (CUresult / cudaError 2 is
+# out of memory). torch_memory_saver's "cuMemCreate CUDA_ERROR_OUT_OF_MEMORY (may not be an
+# issue ...)" is a retry, not a failure.
+_CUMEM = ("CUDA Error: out of memory", "CUresult error: 2 (out of memory)", "cudaError error: 2 (out of memory)")
+_CUMEM_RESULT = re.compile(r"CUresult error\s+result=2\b")
 
 
 def is_cuda_oom(text: str) -> bool:
-    return any(s in text for s in OOM_STARTS) or "CUDA error: out of memory" in text
+    return (any(s in text for s in OOM_STARTS) or "CUDA error: out of memory" in text
+            or any(s in text for s in _CUMEM) or _CUMEM_RESULT.search(text) is not None)
 
 
 def parse_cuda_oom(text: str) -> dict[str, Any] | None:
     """Fields of a CUDA OOM message (see kinds.FIELDS), or None when `text` has none."""
     if not any(s in text for s in OOM_STARTS):
-        return {"wording": "cuda-error", "processes": []} if "CUDA error: out of memory" in text else None
+        if "CUDA error: out of memory" in text:
+            return {"wording": "cuda-error", "processes": []}
+        if any(s in text for s in _CUMEM) or _CUMEM_RESULT.search(text):
+            return {"wording": "cumem", "processes": []}
+        return None
     found: dict[str, Any] = {"processes": []}
     m = _REQUESTED.search(text)
     if m:
@@ -97,6 +116,19 @@ def parse_kernel_oom(text: str) -> dict[str, Any] | None:
     return {"source": "kernel", "pid": int(m.group(1)), "process": m.group(2), "total_vm_bytes": kb[0],
             "anon_rss_bytes": kb[1], "file_rss_bytes": kb[2], "shmem_rss_bytes": kb[3],
             "cgroup": "Memory cgroup out of memory" in text}
+
+
+def parse_ray_pressure(text: str) -> dict[str, Any] | None:
+    """The raylet's `N Workers (tasks / actors) killed due to memory pressure (OOM) ... IP: ip` summary,
+    or its older `System memory low at node with IP ip. Used memory (U GB) / total capacity (T GB) ...`."""
+    m = _RAY_PRESSURE.search(text)
+    if m:
+        return {"source": "ray", "num_killed": int(m.group(1)), "node_ip": m.group(2)} if int(m.group(1)) else None
+    m = _RAY_LOW.search(text)
+    if m is None:
+        return None
+    return {"source": "ray", "node_ip": m.group(1), "used_bytes": to_bytes(m.group(2), "GB"),
+            "total_bytes": to_bytes(m.group(3), "GB"), "threshold": float(m.group(4)), "num_killed": 1}
 
 
 def parse_ray_oom(text: str) -> dict[str, Any] | None:

@@ -5,6 +5,8 @@ client socket has failed to connect to [node-1]:29500 (errno: 111 - Connection r
 again inside the exception that follows (`torch.distributed.DistNetworkError: The client socket
 has failed to connect to any network address of (node-1, 29500). The client socket has ...`).
 One line gives one signature, however many phrases it repeats; the first host/port/errno wins.
+A store read that timed out ("[c10d] waitForInput: socket ... remote=[host]:port) timed out after
+300000ms", torch's older "Socket Timeout") is a `store-timeout`.
 
 Typical use:
     fields = parse_rendezvous("torch.distributed.DistStoreError: Timed out after 901 seconds waiting for "
@@ -19,7 +21,7 @@ from typing import Any
 from grpo_doctor.logs.units import duration_s
 
 # One of these is in every line `parse_rendezvous` reads.
-KEYWORDS = ("ocket", "joined", "endezvous", "Dist", "TCP client")
+KEYWORDS = ("ocket", "joined", "endezvous", "Dist", "TCP client", "waitForInput")
 _EXCEPTIONS = ("DistStoreError", "DistNetworkError", "RendezvousConnectionError", "RendezvousTimeoutError")
 
 _CONNECT = re.compile(
@@ -39,6 +41,12 @@ _STORE = re.compile(
     r"Timed out after (?P<after>\d+) seconds waiting for clients\. (?P<joined>\d+)/(?P<expected>\d+) clients joined"
 )
 _TCPSTORE_RETRY = re.compile(r"TCP client failed to connect/validate to host (?P<host>[^\s:]+):(?P<port>\d+)")
+# A store read that waited in vain: "waitForInput: socket SocketImpl(fd=5, addr=[localhost]:39284,
+# remote=[localhost]:47115) timed out after 300000ms" (the socket may be left out, or printed on the
+# line before), and the older bare "RuntimeError: Socket Timeout".
+_WAIT_REMOTE = re.compile(r"remote=\[?(?P<host>[^\s\]]*?)\]?:(?P<port>\d+)\)")
+_WAIT_TIMEOUT = re.compile(r"waitForInput: (?:socket|poll for socket).*?(?:timed out after (?P<ms>\d+)ms|likely a timeout)")
+_SOCKET_TIMEOUT = "Socket Timeout"
 
 
 def parse_rendezvous(text: str) -> dict[str, Any] | None:
@@ -55,6 +63,15 @@ def parse_rendezvous(text: str) -> dict[str, Any] | None:
             found["errno"], found["reason"] = int(groups["errno"]), groups["reason"].strip()
         if groups.get("after"):
             found.setdefault("timeout_s", duration_s(groups["after"]))
+    wait = _WAIT_TIMEOUT.search(text) if "waitForInput" in text else None
+    if wait or _SOCKET_TIMEOUT in text:
+        remote = _WAIT_REMOTE.search(text)
+        if remote:
+            found.setdefault("host", remote.group("host"))
+            found.setdefault("port", int(remote.group("port")))
+        if wait and wait.group("ms"):
+            found.setdefault("timeout_s", int(wait.group("ms")) / 1000)
+        found["store_timeout"] = True
     store = _STORE.search(text)
     if store:
         found.update(timeout_s=float(store.group("after")), joined=int(store.group("joined")),
@@ -74,6 +91,8 @@ def _error_type(text: str, found: dict[str, Any]) -> str | None:
     for name in _EXCEPTIONS:
         if name in text:
             return name
+    if found.pop("store_timeout", False):
+        return "store-timeout"
     if not found:
         return None
     return "client-connect-timeout" if "The client socket has timed out" in text else "client-connect-failed"

@@ -48,7 +48,11 @@ _SIGNAL = re.compile(r"Signal (\d+) \((SIG\w+)\) received by PID (\d+)")
 RANK_FIELD = re.compile(r"(?<![\w(])rank\s*:\s*-?\d+\s*\(local_rank:")
 # torchrun pads field names to 10 characters; a paste that starts inside the block shows these.
 _TIME_OR_HOST = re.compile(r"^\s*(?:time|host) {6}: \S")
-_AGENT = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (-?\d+) \(pid: (\d+)\) of binary: (.*?)\s*$")
+# The agent's line in every shape seen: "... of binary: /usr/bin/python", "... of fn: main
+# (start_method: spawn)" (torch.multiprocessing), cut after "of" by the Rich log handler that
+# accelerate installs (the rest on the next line), or "(process ID: N)" for "(pid: N)".
+_AGENT = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (-?\d+) \((?:pid|process ID): (\d+)\)"
+                    r"(?: of (?:binary(?: located at)?|fn):? ?(\S*))?")
 _SPLIT = re.compile(
     r"\s+(?=(?<![\w(])(?:time|host|rank|exitcode|error_file|traceback)\s*:\s)"
     r"|\s*(?=\[\d+\]:)|\s*(?:={5,}|-{5,})\s*|\s+(?=Failures:|Root Cause \(first)"
@@ -73,13 +77,14 @@ def split_collapsed(text: str) -> list[str]:
 
 
 def parse_agent_line(text: str) -> dict[str, Any] | None:
-    """The agent's `failed (exitcode: -9) local_rank: 3 (pid: 4242) of binary: /usr/bin/python`."""
+    """The agent's `failed (exitcode: -9) local_rank: 3 (pid: 4242) of binary: /usr/bin/python` (see _AGENT)."""
     m = _AGENT.search(text)
     if m is None:
         return None
     exitcode = int(m.group(1))
+    binary = m.group(4) or None
     return {"origin": "agent", "exitcode": exitcode, "local_rank": int(m.group(2)), "pid": int(m.group(3)),
-            "binary": m.group(4), "signal": signal_name(exitcode), "root_cause": None}
+            "binary": binary, "signal": signal_name(exitcode), "root_cause": None}
 
 
 class ChildFailedBlock:

@@ -34,29 +34,72 @@ DPI = 80
 OOM_WORDS = ("OutOfMemory", "MemoryError", "out of memory")
 
 
-def phase_timeline(ev: Evidence, num_steps: int = TIMELINE_STEPS) -> str | None:
-    """Top-level phases per rank over the last `num_steps` steps; open phases hatched, the hang
-    moment and errors marked."""
+@dataclass(frozen=True)
+class TimelinePlot:
+    uri: str
+    note: str  # what the figure leaves out (earlier steps, a stretch cut from the time axis), or ""
+
+
+def phase_timeline(ev: Evidence, num_steps: int = TIMELINE_STEPS) -> TimelinePlot | None:
+    """Top-level phases per rank over the last `num_steps` steps; open phases hatched and labelled
+    with their name, the hang moment and errors marked. A long stretch in which nothing happened
+    (a hang: one phase open for minutes) is cut out of the time axis, and then only the last
+    STEPS_BEFORE_CUT steps are drawn, so that the steps before the failure stay readable."""
     top = ev.phases[ev.phases["path"] == ev.phases["phase"]]  # top level: the path is the name itself
     if top.empty:
         return None
-    steps = top["step"].dropna()
-    if not steps.empty:
-        top = top[top["step"].isna() | (top["step"] >= steps.max() - num_steps + 1)]
     end_of_run = _end_of_run(ev)
+    shown = _last_steps(top, num_steps)
+    cut = _cut_for(ev, shown, end_of_run)
+    if cut is not None and cut.at_end and num_steps > STEPS_BEFORE_CUT:
+        shown = _last_steps(top, STEPS_BEFORE_CUT)
+        cut = _cut_for(ev, shown, end_of_run)
+    return TimelinePlot(uri=_draw_timeline(ev, shown, end_of_run, cut), note=_timeline_note(top, shown, cut))
+
+
+def _last_steps(top: pd.DataFrame, num_steps: int) -> pd.DataFrame:
+    steps = top["step"].dropna()
+    if steps.empty:
+        return top
+    return top[top["step"].isna() | (top["step"] >= steps.max() - num_steps + 1)]
+
+
+def _cut_for(ev: Evidence, top: pd.DataFrame, end_of_run: float) -> TimeCut | None:
+    start = float(top["begin_t"].min())
+    times = [top["begin_t"].to_numpy(float), top["end_t"].dropna().to_numpy(float)]
+    errors = ev.errors[ev.errors["rank"].isin(top["rank"].unique())]
+    times.append(errors["t"].to_numpy(float))
+    times.append(np.array([h["detected_t"] for h in ev.hangs if isinstance(h.get("detected_t"), (int, float))]))
+    return find_cut(np.concatenate(times) - start, end_of_run - start)
+
+
+def _timeline_note(top: pd.DataFrame, shown: pd.DataFrame, cut: TimeCut | None) -> str:
+    parts = []
+    all_steps, shown_steps = top["step"].dropna(), shown["step"].dropna()
+    if not shown_steps.empty and all_steps.min() < shown_steps.min():
+        first, last = int(all_steps.min()), int(shown_steps.min()) - 1
+        parts.append(f"steps {first}-{last} are not drawn" if last > first else f"step {first} is not drawn")
+    if cut is not None:
+        parts.append(f"{_duration_text(cut.hidden_s)} in which no rank began or ended a phase are cut out "
+                     "of the time axis at the zigzag mark")
+    return ("Cut: " + "; ".join(parts) + ".") if parts else ""
+
+
+def _draw_timeline(ev: Evidence, top: pd.DataFrame, end_of_run: float, cut: TimeCut | None) -> str:
     start = float(top["begin_t"].min())
     ranks = sorted(top["rank"].unique())
     names = list(dict.fromkeys(top["phase"]))
     colours = {name: plt.cm.tab10(i % 10) for i, name in enumerate(names)}
     fig, ax = plt.subplots(figsize=(11, max(2.2, 0.28 * len(ranks) + 1.4)), dpi=DPI)
+    axis = cut.to_axis if cut is not None else np.asarray
     # One collection per phase and one for the open phases, not a broken_barh per rank and phase:
     # 64 ranks made 448 collections, seconds to build and draw. They are added in the order their
     # labels first occur rank by rank, as the per-rank drawing did, so the legend reads the same.
     row = top["rank"].map({rank: i for i, rank in enumerate(ranks)}).to_numpy(float)
-    x0 = (top["begin_t"] - start).to_numpy(float)
+    t0 = (top["begin_t"] - start).to_numpy(float)
     is_open = top["end_t"].isna().to_numpy()
-    x1 = np.where(is_open, x0 + np.maximum(end_of_run - top["begin_t"].to_numpy(float), 0.0),
-                  x0 + (top["end_t"] - top["begin_t"]).to_numpy(float))
+    t1 = np.where(is_open, np.maximum(end_of_run - start, t0), (top["end_t"] - start).to_numpy(float))
+    x0, x1 = axis(t0), axis(t1)
     rank_of, phase = top["rank"].to_numpy(), top["phase"].to_numpy(object)
     open_keys = set(zip(rank_of[is_open], phase[is_open], strict=True))
     labels: dict[str | None, None] = {}  # phase names, None standing for the open phases
@@ -66,24 +109,72 @@ def phase_timeline(ev: Evidence, num_steps: int = TIMELINE_STEPS) -> str | None:
             labels.setdefault(None)
     for name in labels:
         if name is None:
-            _boxes(ax, x0[is_open], x1[is_open], row[is_open], facecolor="none", edgecolor="#c0392b", hatch="///",
+            # The open phase keeps its colour (faint) under the hatching: which phase hangs is the point.
+            faces = [(*colours[p][:3], 0.3) for p in phase[is_open]]
+            _boxes(ax, x0[is_open], x1[is_open], row[is_open], facecolors=faces, edgecolor="#c0392b", hatch="///",
                    label="open at the end")
         else:
             closed = ~is_open & (phase == name)
             _boxes(ax, x0[closed], x1[closed], row[closed], color=colours[name], label=name)
     for hang in ev.hangs:
         if isinstance(hang.get("detected_t"), (int, float)):
-            ax.axvline(hang["detected_t"] - start, color="#c0392b", linestyle="--", label="hang detected")
+            ax.axvline(float(axis(hang["detected_t"] - start)), color="#c0392b", linestyle="--", label="hang detected")
     errors = ev.errors[ev.errors["rank"].isin(ranks)]
     if not errors.empty:
-        ax.scatter(errors["t"] - start, [ranks.index(r) for r in errors["rank"]], marker="X", s=80,
-                   color="#c0392b", zorder=5, label="error")
+        ax.scatter(axis((errors["t"] - start).to_numpy(float)), [ranks.index(r) for r in errors["rank"]], marker="X",
+                   s=80, color="#c0392b", zorder=5, label="error")
+    ax.set_xlim(-0.01 * float(x1.max()), float(x1.max()) * 1.01)
     ax.set_yticks(range(len(ranks)), [f"rank {r}" for r in ranks])
-    ax.invert_yaxis()
+    ax.set_ylim(len(ranks) - 0.5, -0.5)
     ax.set_xlabel("seconds since the first phase shown")
+    crossing = ~is_open & (t0 < cut.from_s) & (t1 > cut.to_s) if cut is not None else np.zeros_like(is_open)
+    _label_bars(ax, x0, x1, row, t1 - t0, phase, is_open, crossing)
+    if cut is not None:
+        _mark_cut(ax, cut, float(x1.max()))
     _legend_once(ax)
     ax.grid(axis="x", alpha=0.3)
     return _to_uri(fig)
+
+
+def _label_bars(ax, x0, x1, row, duration_s, phase, is_open, crossing) -> None:
+    """Names on the bars that matter: every open phase, and the long phases the cut runs through.
+    A label that does not fit in its bar goes before it, on a white ground."""
+    lo, hi = ax.get_xlim()
+    px_per_s = ax.get_window_extent().width / (hi - lo)
+    char_px = LABEL_POINTS * 0.6 * DPI / 72
+    for i in np.flatnonzero(is_open | crossing):
+        text = f"{phase[i]} ({'open ' if is_open[i] else ''}{_duration_text(duration_s[i])})"
+        fits = (x1[i] - x0[i]) * px_per_s > (len(text) + 2) * char_px
+        pad = 4 / px_per_s
+        ax.text(x0[i] + pad if fits else x0[i] - pad, row[i], text, ha="left" if fits else "right", va="center",
+                fontsize=LABEL_POINTS, zorder=6, clip_on=True,
+                bbox=None if fits else {"facecolor": "white", "alpha": 0.85, "edgecolor": "none", "pad": 1})
+
+
+def _mark_cut(ax, cut: TimeCut, x_max: float) -> None:
+    """A white zigzag band across every row where the time axis jumps, the hidden seconds above it;
+    tick labels read true time on both sides."""
+    x = cut.from_s
+    half = 0.006 * x_max
+    y_lo, y_hi = ax.get_ylim()
+    ys = np.linspace(y_hi, y_lo, 4 * int(abs(y_lo - y_hi)) + 5)
+    zig = np.where(np.arange(len(ys)) % 2 == 0, -half, half) * 0.6
+    ax.fill_betweenx(ys, x - half + zig, x + half + zig, color="white", zorder=4, linewidth=0)
+    for side in (-half, half):
+        ax.plot(x + side + zig, ys, color="#555", linewidth=0.8, zorder=4)
+    ax.annotate(f"{_duration_text(cut.hidden_s)} cut", (x, 1.0), xycoords=("data", "axes fraction"),
+                xytext=(0, 3), textcoords="offset points", ha="center", va="bottom", fontsize=8, color="#555")
+    end = x_max + cut.hidden_s
+    left = [t for t in MaxNLocator(nbins=6).tick_values(0.0, cut.from_s) if 0.0 <= t <= cut.from_s - 2 * half]
+    right = [t for t in MaxNLocator(nbins=3).tick_values(cut.to_s, end) if cut.to_s + 2 * half <= t <= end]
+    ax.xaxis.set_major_locator(FixedLocator(list(cut.to_axis(np.array(left + right, dtype=float)))))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{float(cut.to_time(v)):g}"))
+
+
+def _duration_text(seconds: float) -> str:
+    if seconds >= 120:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds:.0f} s" if seconds >= 10 else f"{seconds:.1f} s"
 
 
 def _boxes(ax, x0: np.ndarray, x1: np.ndarray, row: np.ndarray, **style) -> None:

@@ -24,9 +24,24 @@ def test_findings_file_has_the_contract_shape_and_lists_critical_first(tmp_path)
     out = FindingsFile(run=["runs/a"], findings=[_finding("straggler", "warning"), _finding("hang", "critical")],
                        warnings=["w"])
     data = json.loads(out.write(tmp_path / "findings.json").read_text())
-    assert list(data) == ["schema", "run", "findings", "warnings"]
+    assert list(data) == ["schema", "run", "findings", "warnings", "inputs", "not_checked"]
     assert data["schema"] == 1 and data["run"] == ["runs/a"] and data["warnings"] == ["w"]
     assert [f["id"] for f in data["findings"]] == ["hang", "straggler"]
     assert set(data["findings"][0]) == {"id", "severity", "title", "ranks", "hosts", "step", "phase", "evidence",
-                                        "hints"}
+                                        "hints", "role", "caused_by"}
     assert FindingsFile.from_dict(data).has_critical
+
+
+def test_a_consequence_follows_its_root_cause_whatever_its_severity(tmp_path):
+    root = Finding(id="hang", severity="warning", title="rank 1 hung", ranks=(1,), role="root-cause")
+    effect = Finding(id="rank-crash", severity="critical", title="rank 0 timed out", ranks=(0,),
+                     role="consequence", caused_by=root.key)
+    other = Finding(id="straggler", severity="critical", title="slow", ranks=(2,))
+    data = FindingsFile(run=[], findings=[effect, other, root], warnings=[]).to_dict()
+    assert [(f["id"], f["role"], f["caused_by"]) for f in data["findings"]] == [
+        ("straggler", None, None), ("hang", "root-cause", None), ("rank-crash", "consequence", "hang@1")]
+
+
+def test_an_unknown_role_is_refused_naming_the_valid_ones():
+    with pytest.raises(ValueError, match="root-cause, consequence"):
+        Finding(id="x", severity="info", title="x", role="cause")

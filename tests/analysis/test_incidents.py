@@ -1,0 +1,86 @@
+"""Cause before effect: the culprit leads, the ranks that waited for it follow as its consequences."""
+from pathlib import Path
+
+from grpo_doctor.analysis.findings import Finding
+from grpo_doctor.analysis.incidents import link_incidents
+from grpo_doctor.analysis.load import load_evidence
+from grpo_doctor.analysis.rules import run_rules
+
+LOGS = Path(__file__).parent.parent / "data" / "logs"
+
+
+def _crash(ranks, **evidence):
+    return Finding(id="rank-crash", severity="critical", title="crash", ranks=tuple(ranks),
+                   evidence={"exc_type": None, "message": None, "signal": None, "exitcode": None, **evidence})
+
+
+def _roles(findings):
+    return [(f.id, f.ranks, f.role, f.caused_by) for f in findings]
+
+
+def test_the_sigkilled_rank_that_never_joined_leads_a_raw_nccl_timeout_log():
+    findings, _ = run_rules(load_evidence([LOGS / "torchrun_nccl_timeout.log"]))
+    assert (findings[0].id, findings[0].ranks, findings[0].role) == ("rank-crash", (7,), "root-cause")
+    assert findings[0].evidence["signal"] == "SIGKILL"
+    later = {(f.id, f.ranks): f for f in findings[1:]}
+    assert later[("nccl-timeout", (7,))].role == "consequence"
+    assert later[("rank-crash", (0, 3))].caused_by == "rank-crash@7"  # the SIGABRTed waiters
+
+
+def test_a_rank_hung_in_rollout_is_the_root_of_the_timeout_its_peer_raised():
+    timeout = _crash([0], exc_type="RuntimeError", message="[../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc"
+                     ":81] Timed out waiting 20000ms for recv operation to complete")
+    hang = Finding(id="hang", severity="critical", title="rank 1 stuck in rollout", ranks=(1,), phase="rollout", step=2)
+    stopped = Finding(id="rank-crash", severity="warning", title="rank 1 ended after another failed", ranks=(1,),
+                      evidence={"signal": "SIGTERM"})
+    out = link_incidents([timeout, stopped, hang])
+    assert _roles(out) == [("hang", (1,), "root-cause", None), ("rank-crash", (0,), "consequence", "hang@1"),
+                           ("rank-crash", (1,), "consequence", "hang@1")]
+
+
+def test_a_crash_with_its_own_exception_leads_the_peer_that_lost_its_connection():
+    culprit = _crash([1], exc_type="ZeroDivisionError", message="division by zero")
+    victim = _crash([0], exc_type="RuntimeError", message="[gloo] Connection closed by peer [127.0.0.1]:29500")
+    out = link_incidents([victim, culprit])
+    assert _roles(out) == [("rank-crash", (1,), "root-cause", None), ("rank-crash", (0,), "consequence", "rank-crash@1")]
+
+
+def test_a_cuda_oom_explains_the_other_ranks_nccl_errors_and_its_own_crash_record():
+    oom = Finding(id="cuda-oom", severity="critical", title="CUDA OOM on rank 3", ranks=(3,))
+    own_crash = _crash([3], exc_type="OutOfMemoryError", message="CUDA out of memory")
+    nccl = Finding(id="nccl-timeout", severity="critical", title="timeout", ranks=(0, 1, 2))
+    out = link_incidents([nccl, own_crash, oom])
+    assert out[0].key == "cuda-oom@3" and out[0].role == "root-cause"
+    assert {f.key: f.caused_by for f in out[1:]} == {"nccl-timeout@0,1,2": "cuda-oom@3",
+                                                     "rank-crash@3": "cuda-oom@3"}
+
+
+def test_a_rendezvous_failure_explains_later_collective_timeouts():
+    rdzv = Finding(id="rendezvous-failure", severity="critical", title="store timeout")
+    nccl = Finding(id="nccl-timeout", severity="critical", title="timeout", ranks=(0,))
+    out = link_incidents([nccl, rdzv])
+    assert _roles(out) == [("rendezvous-failure", (), "root-cause", None),
+                           ("nccl-timeout", (0,), "consequence", "rendezvous-failure")]
+
+
+def test_a_seed_collision_explains_zero_spread_and_zero_kl_but_not_an_unrelated_crash():
+    seed = Finding(id="seed-collision", severity="critical", title="same seed", ranks=(0, 1, 2, 3))
+    zero_std = Finding(id="zero-std-groups", severity="warning", title="zero std")
+    zero_kl = Finding(id="zero-kl", severity="warning", title="kl 0")
+    crash = _crash([2], exc_type="ValueError", message="bad reward")
+    out = link_incidents([zero_kl, crash, zero_std, seed])
+    roles = {f.key: (f.role, f.caused_by) for f in out}
+    assert roles["zero-kl"] == roles["zero-std-groups"] == ("consequence", "seed-collision@0,1,2,3")
+    assert roles["rank-crash@2"] == (None, None)
+
+
+def test_a_warning_root_takes_the_severity_of_its_worst_consequence():
+    hang = Finding(id="hang", severity="warning", title="slow or stuck", ranks=(1,))
+    timeout = Finding(id="nccl-timeout", severity="critical", title="timeout", ranks=(0,))
+    out = link_incidents([timeout, hang])
+    assert (out[0].id, out[0].severity, out[0].role) == ("hang", "critical", "root-cause")
+
+
+def test_findings_that_explain_nothing_keep_no_role():
+    straggler = Finding(id="straggler", severity="warning", title="slow rank 1", ranks=(1,))
+    assert _roles(link_incidents([straggler])) == [("straggler", (1,), None, None)]
