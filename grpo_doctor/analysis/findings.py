@@ -62,11 +62,11 @@ class Finding:
 
 
 def sort_findings(findings: list[Finding]) -> list[Finding]:
-    """Most severe first; within a severity, in the order the rules found them. A consequence
-    (analysis/incidents.py) follows its root cause, whatever its own severity."""
+    """Most severe first; within a severity, root causes (analysis/incidents.py) before findings that
+    stand alone, else in the order given. A consequence follows its root cause, whatever its own severity."""
     roots = {f.key: f for f in findings if f.role == "root-cause"}
     heads = sorted((f for f in findings if f.role != "consequence" or f.caused_by not in roots),
-                   key=lambda f: SEVERITIES.index(f.severity))
+                   key=lambda f: (SEVERITIES.index(f.severity), f.role != "root-cause"))
     out: list[Finding] = []
     for head in heads:
         out.append(head)

@@ -52,7 +52,9 @@ def link_incidents(findings: list[Finding]) -> list[Finding]:
     findings = list(findings)
     consequence_of: dict[int, int] = {}  # index of a consequence -> index of its root
     for root_id in ROOT_ORDER:
-        for i, root in enumerate(findings):
+        # torchrun names the first failure in time ("Root Cause (first observed failure)"): it goes first.
+        for i in sorted(range(len(findings)), key=lambda k: findings[k].evidence.get("root_cause") is not True):
+            root = findings[i]
             if root.id != root_id or i in consequence_of or _is_victim(root, findings):
                 continue
             explains = _EXPLAINS[root_id]
@@ -60,9 +62,9 @@ def link_incidents(findings: list[Finding]) -> list[Finding]:
                 if j != i and j not in consequence_of and j not in consequence_of.values() \
                         and explains(root, other, findings):
                     consequence_of[j] = i
-    roots = set(consequence_of.values())
+    roots = list(dict.fromkeys(consequence_of.values()))  # in the order they were found to explain something
     out: list[Finding] = []
-    for i, f in enumerate(findings):
+    for i, f in [(i, findings[i]) for i in roots] + [(i, f) for i, f in enumerate(findings) if i not in roots]:
         if i in consequence_of:
             out.append(dataclasses.replace(f, role="consequence", caused_by=findings[consequence_of[i]].key))
         elif i in roots:

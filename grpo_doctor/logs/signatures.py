@@ -44,6 +44,7 @@ from grpo_doctor.logs.kinds import (
 from grpo_doctor.logs.lines import CHUNK_BYTES, iter_chunks, line_at
 from grpo_doctor.logs.prefixes import split_prefix_tuple
 from grpo_doctor.logs.pytraceback import CONSUMED, FINISHED, FRAME, HEADER, TracebackState, parse_collapsed
+from grpo_doctor.logs.wraps import MAX_WRAP_LINES, WRAP_MIN_CHARS, glue, richer
 
 __all__ = ["ALL_KINDS", "LineScanner", "Signature", "scan_file", "scan_text"]
 
@@ -84,15 +85,24 @@ class LineScanner:
         self._tracebacks: dict[str, tuple[TracebackState, int | None, int]] = {}
         self._blocks: dict[str, torchrun.ChildFailedBlock] = {}
         self._seen: set[tuple[Any, ...]] = set()
+        self._previous = ""  # the line before, raw: the first piece of a terminal-wrapped line
+        self._wrap: tuple[str, int | None, str, int, int] | None = None  # (source, rank, text, index, pieces)
 
     def feed(self, line: str) -> list[Signature]:
         """The signatures `line` completes (the next line of the log; a trailing newline is fine)."""
         self._index += 1
         hot = is_hot(line)
         if not hot and not self._open():
+            self._previous = line
             return []
         out: list[Signature] = []
         rank, source, message = split_prefix_tuple(line)
+        previous, self._previous = self._previous, line
+        bare = not source and len(message) == len(line.rstrip("\r\n"))  # no prefix at all: maybe a wrap's piece
+        if self._wrap is not None and self._continue_wrap(bare, message, out):
+            return out
+        if hot and bare and not self._open() and self._wrapped_from(previous, message, out):
+            return out
         if hot and "\\n" in message:  # a collector escaped the newlines of a multi-line message
             for piece in message.replace('\\"', '"').split("\\n"):
                 inner_rank, inner_source, inner_message = split_prefix_tuple(piece)
@@ -123,7 +133,10 @@ class LineScanner:
                     self._index += chunk.count(b"\n", pos) + (not chunk.endswith(b"\n"))
                     return
                 line_start = max(pos, chunk.rfind(b"\n", pos, hit) + 1)
-                self._index += chunk.count(b"\n", pos, line_start)
+                skipped = chunk.count(b"\n", pos, line_start)
+                self._index += skipped
+                if skipped:  # the line before the hit: maybe the first piece of a wrapped line
+                    self._previous = line_at(chunk, chunk.rfind(b"\n", 0, line_start - 1) + 1)[0]
                 pos = line_start
             line, pos = line_at(chunk, pos)
             out.extend(self.feed(line))
@@ -141,7 +154,7 @@ class LineScanner:
 
     def _open(self) -> bool:
         """Whether a construct is open (a line without a keyword may then matter)."""
-        return bool(self._joiner.held or self._tracebacks or self._blocks)
+        return bool(self._joiner.held or self._tracebacks or self._blocks or self._wrap)
 
     def _route(self, source: str, rank: int | None, text: str, out: list[Signature]) -> None:
         index = self._index
@@ -201,7 +214,44 @@ class LineScanner:
             if taken:
                 return
         if not self._joiner.start(source, rank, text, index):
+            before = len(out)
             self._detect_line(rank, text, index, out)
+            if len(out) == before and len(text) >= WRAP_MIN_CHARS:
+                self._wrap = (source, rank, text, index, 1)  # states nothing: maybe cut by a terminal
+
+    def _continue_wrap(self, bare: bool, message: str, out: list[Signature]) -> bool:
+        """Glue a line without prefix to the held first piece of a wrapped line; True when that
+        made a signature (the line is used up)."""
+        source, rank, text, index, pieces = self._wrap
+        self._wrap = None
+        if not bare or not message.strip():
+            return False
+        for joined in glue(text, message.rstrip()):
+            found = detect(joined)
+            if found:
+                for kind, fields in found:
+                    self._emit(kind, rank, index, joined, fields, out)
+                return True
+        if pieces < MAX_WRAP_LINES:
+            self._wrap = (source, rank, text.rstrip() + message.rstrip(), index, pieces + 1)
+        return False
+
+    def _wrapped_from(self, previous: str, message: str, out: list[Signature]) -> bool:
+        """Read `message` glued to the line before it when that prefixed line was the first piece
+        of a terminal-wrapped message (see `wraps`); True when the glued reading said more."""
+        if len(previous) < WRAP_MIN_CHARS or is_hot(previous):
+            return False
+        rank, _source, first = split_prefix_tuple(previous)
+        if rank is None:
+            return False
+        alone = detect(message)
+        for joined in glue(first, message.rstrip()):
+            found = detect(joined)
+            if richer(found, alone):
+                for kind, fields in found:
+                    self._emit(kind, rank, self._index - 1, joined, fields, out)
+                return True
+        return False
 
     def _detect_line(self, rank: int | None, text: str, index: int, out: list[Signature]) -> None:
         for kind, found in detect(text):

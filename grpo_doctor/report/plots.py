@@ -1,18 +1,21 @@
 """The report's figures, drawn with matplotlib and embedded as PNG data URIs (no files, no network).
 
-Each function takes the loaded `Evidence` and returns a data URI, or None when the run holds
-nothing to draw. Sizes stay bounded on big runs: the phase timeline shows the last steps only
-(where a failure is), the metric plots draw the median over ranks with the min-max band, not
-one line per rank, once there are more than a few ranks.
+Each function takes the loaded `Evidence` and returns a data URI (the timeline: a TimelinePlot,
+its URI and a note of what it leaves out), or None when the run holds nothing to draw. Sizes stay
+bounded on big runs: the phase timeline shows the last steps only (where a failure is) and cuts a
+long stretch without events (time_cut.py) out of its axis, the metric plots draw the median over
+ranks with the min-max band, not one line per rank, once there are more than a few ranks.
 
 Typical use:
-    uri = phase_timeline(evidence)          # "data:image/png;base64,..." or None
+    timeline = phase_timeline(evidence)     # TimelinePlot(uri="data:image/png;base64,...", note="Cut: ...")
+    uri = memory_over_time(evidence)        # "data:image/png;base64,..." or None
 """
 from __future__ import annotations
 
 import base64
 import io
 import math
+from dataclasses import dataclass
 
 import matplotlib
 
@@ -21,13 +24,17 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.collections import PolyCollection  # noqa: E402
+from matplotlib.ticker import FixedLocator, FuncFormatter, MaxNLocator  # noqa: E402
 
 from grpo_doctor.analysis.load import Evidence  # noqa: E402
+from grpo_doctor.report.time_cut import TimeCut, find_cut  # noqa: E402
 
 # Names from the run (phases, metrics) go into labels: "$" must never start mathtext there.
 plt.rcParams["text.parse_math"] = False
 
 TIMELINE_STEPS = 12  # the last steps drawn on the phase timeline
+STEPS_BEFORE_CUT = 4  # the last steps drawn when a long stretch at the end is cut from the time axis
+LABEL_POINTS = 8
 MAX_METRICS = 12
 MAX_LINES = 8  # above this many ranks, draw the median and the min-max band instead of one line each
 DPI = 80
@@ -138,7 +145,7 @@ def _draw_timeline(ev: Evidence, top: pd.DataFrame, end_of_run: float, cut: Time
 
 def _label_bars(ax, x0, x1, row, duration_s, phase, is_open, crossing) -> None:
     """Names on the bars that matter: every open phase, and the long phases the cut runs through.
-    A label that does not fit in its bar goes before it, on a white ground."""
+    A label that does not fit in its bar goes before it; a white ground keeps it readable on hatching."""
     lo, hi = ax.get_xlim()
     px_per_s = ax.get_window_extent().width / (hi - lo)
     char_px = LABEL_POINTS * 0.6 * DPI / 72
@@ -148,7 +155,7 @@ def _label_bars(ax, x0, x1, row, duration_s, phase, is_open, crossing) -> None:
         pad = 4 / px_per_s
         ax.text(x0[i] + pad if fits else x0[i] - pad, row[i], text, ha="left" if fits else "right", va="center",
                 fontsize=LABEL_POINTS, zorder=6, clip_on=True,
-                bbox=None if fits else {"facecolor": "white", "alpha": 0.85, "edgecolor": "none", "pad": 1})
+                bbox={"facecolor": "white", "alpha": 0.85, "edgecolor": "none", "pad": 1})
 
 
 def _mark_cut(ax, cut: TimeCut, x_max: float) -> None:
@@ -164,11 +171,16 @@ def _mark_cut(ax, cut: TimeCut, x_max: float) -> None:
         ax.plot(x + side + zig, ys, color="#555", linewidth=0.8, zorder=4)
     ax.annotate(f"{_duration_text(cut.hidden_s)} cut", (x, 1.0), xycoords=("data", "axes fraction"),
                 xytext=(0, 3), textcoords="offset points", ha="center", va="bottom", fontsize=8, color="#555")
-    end = x_max + cut.hidden_s
+    # Left of the cut the usual ticks; right of it one tick, the end, which says how long it all took.
     left = [t for t in MaxNLocator(nbins=6).tick_values(0.0, cut.from_s) if 0.0 <= t <= cut.from_s - 2 * half]
-    right = [t for t in MaxNLocator(nbins=3).tick_values(cut.to_s, end) if cut.to_s + 2 * half <= t <= end]
-    ax.xaxis.set_major_locator(FixedLocator(list(cut.to_axis(np.array(left + right, dtype=float)))))
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{float(cut.to_time(v)):g}"))
+    ax.xaxis.set_major_locator(FixedLocator([*left, x_max]))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: _tick_text(float(cut.to_time(v)))))
+
+
+def _tick_text(seconds: float) -> str:
+    if abs(seconds) >= 100:
+        return f"{seconds:.0f}"
+    return f"{seconds:g}" if seconds == round(seconds, 2) else f"{seconds:.1f}"
 
 
 def _duration_text(seconds: float) -> str:

@@ -84,3 +84,13 @@ def test_a_warning_root_takes_the_severity_of_its_worst_consequence():
 def test_findings_that_explain_nothing_keep_no_role():
     straggler = Finding(id="straggler", severity="warning", title="slow rank 1", ranks=(1,))
     assert _roles(link_incidents([straggler])) == [("straggler", (1,), None, None)]
+
+
+def test_of_two_crashes_of_their_own_the_one_torchrun_observed_first_is_the_root():
+    later = _crash([2], exc_type="RuntimeError", message="CUDA error: an illegal memory access was encountered",
+                   root_cause=False)
+    first = _crash([5], exitcode=1, root_cause=True)
+    stopped = _crash([0, 1], signal="SIGTERM", exitcode=-15)
+    out = link_incidents([later, first, stopped])
+    assert out[0].key == "rank-crash@5" and out[0].role == "root-cause"
+    assert {f.key: f.caused_by for f in out if f.role == "consequence"} == {"rank-crash@0,1": "rank-crash@5"}

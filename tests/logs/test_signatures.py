@@ -187,7 +187,8 @@ def test_store_failures_without_a_socket_word_are_found_too(tmp_path):
 
 
 def test_host_oom_from_the_kernel_and_from_ray():
-    kernel, cgroup, ray, wrapped = _scan("host_oom.log")
+    kernel, cgroup, summary, ray, wrapped = _scan("host_oom.log")
+    assert (summary.fields["source"], summary.fields["num_killed"], summary.fields["node_ip"]) == ("ray", 1, "10.0.0.7")
     assert kernel.fields == {**{k: None for k in FIELDS["host-oom"]}, "source": "kernel", "pid": 40417,
                              "process": "python3", "anon_rss_bytes": 183521340 * KiB, "total_vm_bytes": 212894528 * KiB,
                              "file_rss_bytes": 71680 * KiB, "shmem_rss_bytes": 8192 * KiB, "cgroup": False}
