@@ -26,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import re
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -192,11 +192,12 @@ def describe(groups: list[StackGroup], *, rank_context: Mapping[int, str] | None
             label = f"{'rank' if len(group.ranks) == 1 else 'ranks'} {format_ranks(group.ranks)}"
         else:
             label = f"{'pid' if len(group.pids) == 1 else 'pids'} {','.join(str(p) if p >= 0 else '?' for p in group.pids)}"
-        lines.append(f"{label}: {_headline(group.frames)}{_context(group.ranks, rank_context or {})}")
+        lines.append(f"{label}: {headline(group.frames)}{_context(group.ranks, rank_context or {})}")
     return lines
 
 
-def _headline(frames: tuple[Frame, ...]) -> str:
+def headline(frames: Sequence[Frame]) -> str:
+    """Where a stack is, in one line: the collective or library call and the user code that led there."""
     python = [f for f in frames if not f.is_native]
     if not python:
         return "no Python frames"
@@ -220,6 +221,69 @@ def _headline(frames: tuple[Frame, ...]) -> str:
     caller = next((python[i] for i in range(shown + 1, len(python)) if kinds[i] == "user"), None)
     text = _format_frame(python[shown])
     return f"{text} <- {_format_frame(caller)}" if caller else text
+
+
+@dataclass(frozen=True)
+class CollectiveCall:
+    """The collective a stack waits in: `op_frame` the outermost communication-library frame
+    (broadcast_object_list, not the broadcast it calls), `caller` the frame that called it, and
+    `user_frame` the first frame of the user's own code on the way out (None where there is none)."""
+
+    op_frame: Frame
+    caller: Frame | None
+    user_frame: Frame | None
+
+    @property
+    def op(self) -> str:
+        return self.op_frame.function.rsplit(".", 1)[-1]
+
+    @property
+    def site(self) -> str:
+        """The call site as file:line: the user's code where known, else the immediate caller."""
+        frame = self.user_frame or self.caller or self.op_frame
+        return f"{display_path(frame.filename)}:{frame.line}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"op": self.op, "site": self.site, "op_frame": format_frame(self.op_frame),
+                "caller": format_frame(self.caller) if self.caller else None,
+                "user_frame": format_frame(self.user_frame) if self.user_frame else None}
+
+
+def collective_call(frames: Sequence[Frame]) -> CollectiveCall | None:
+    """The collective the innermost-first `frames` wait in, with its call site; None when they are in none.
+
+    Works on py-spy stacks and on the frames of a Python traceback alike, so two ranks that failed
+    (or hang) in different collectives can be told apart by where their code called them.
+    """
+    python = [f for f in frames if not f.is_native]
+    first = next((i for i, f in enumerate(python) if _is_comm(f) and _names_collective(f)), None)
+    if first is None:
+        return None
+    last = first
+    for i in range(first + 1, len(python)):
+        if not _is_comm(python[i]):
+            break
+        if python[i].function.rsplit(".", 1)[-1] not in _WRAPPERS:
+            last = i
+    outer = python[last + 1:]
+    caller = next((f for f in outer if f.function.rsplit(".", 1)[-1] not in _WRAPPERS), None)
+    user = next((f for f in outer if frame_kind(f) == "user"), None)
+    return CollectiveCall(python[last], caller, user)
+
+
+def _names_collective(frame: Frame) -> bool:
+    name = frame.function.rsplit(".", 1)[-1].lower()
+    return (any(token in name for token in _COLLECTIVE_TOKENS) and name not in _NOT_COLLECTIVE) or name in _COMM_NAMES
+
+
+def innermost_user_frame(frames: Sequence[Frame]) -> Frame | None:
+    """The innermost frame of the user's own code (a reward function, a data loader, a sleep in a loop)."""
+    return next((f for f in frames if frame_kind(f) == "user"), None)
+
+
+def format_frame(frame: Frame) -> str:
+    """`function (file:line)`, the file as py-spy shows it."""
+    return _format_frame(frame)
 
 
 def _context(ranks: tuple[int, ...], rank_context: Mapping[int, str]) -> str:

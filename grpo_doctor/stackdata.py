@@ -15,12 +15,17 @@ Typical use:
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 MAIN_THREAD_NAME = "MainThread"
+# Threads grpo-doctor's rank API starts inside the training process (rank/sink.py, rank/hooks.py):
+# they are the tool's own, never the user's problem, and are left out of the stacks shown.
+OWN_THREAD_PREFIX = "grpo-doctor-"
+_OWN_PACKAGE = re.compile(r"(?:^|[/\\])grpo_doctor[/\\]rank[/\\]")
 _PYTHON_SUFFIXES = (".py", ".pyx", ".pyi", ".pyw")
 _PACKAGES_DIR = re.compile(r"[/\\](?:site|dist)-packages[/\\]")
+_TRACEBACK_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<function>\S+)', re.MULTILINE)
 _STDLIB_DIR = re.compile(r"[/\\]lib[/\\]python\d+(?:\.\d+)?t?[/\\]")
 
 
@@ -76,6 +81,15 @@ class ThreadStack:
     def python_frames(self) -> tuple[Frame, ...]:
         return tuple(f for f in self.frames if not f.is_native)
 
+    @property
+    def is_own(self) -> bool:
+        """A thread grpo-doctor's rank API started (its flush and signal threads), by name, or for a
+        paste without names by its innermost Python frame."""
+        if self.name.startswith(OWN_THREAD_PREFIX):
+            return True
+        python = self.python_frames
+        return not self.name and bool(python) and bool(_OWN_PACKAGE.search(python[0].filename))
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "thread_id": self.thread_id, "name": self.name, "active": self.active,
@@ -119,6 +133,11 @@ class StackCapture:
                 return thread
         return self.threads[0] if self.threads else None
 
+    def without_own_threads(self) -> StackCapture:
+        """The same capture without grpo-doctor's own threads (what a person should be shown)."""
+        kept = tuple(t for t in self.threads if not t.is_own)
+        return self if len(kept) == len(self.threads) else replace(self, threads=kept)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "rank": self.rank, "pid": self.pid, "host": self.host, "captured_t": self.captured_t,
@@ -133,3 +152,19 @@ class StackCapture:
             threads=tuple(ThreadStack.from_dict(t) for t in data.get("threads", ())),
             error=data.get("error"), command=data.get("command") or "",
         )
+
+
+def thread_from_pyspy_json(data: dict[str, Any]) -> ThreadStack:
+    """One thread of `py-spy dump --json` output (a list of these per process)."""
+    # py-spy prints the OS thread id in its text output when it knows it; do the same.
+    thread_id = data.get("os_thread_id") or data["thread_id"]
+    frames = tuple(Frame(f["name"], f["filename"], int(f.get("line") or 0)) for f in data.get("frames", ()))
+    return ThreadStack(int(thread_id), data.get("thread_name") or "", bool(data.get("active")), frames)
+
+
+def traceback_frames(text: str) -> tuple[Frame, ...]:
+    """The frames of the last traceback in a Python traceback text, innermost first (as py-spy lists
+    them), so a rank's recorded exception can be compared with another rank's stack."""
+    start = text.rfind("Traceback (most recent call last):")
+    found = _TRACEBACK_FRAME.finditer(text[max(start, 0):])
+    return tuple(reversed([Frame(m["function"], m["file"], int(m["line"])) for m in found]))

@@ -41,6 +41,8 @@ from grpo_doctor.analysis import metric_logs as framework_logs
 from grpo_doctor.analysis import rollout_tables
 from grpo_doctor.analysis.clock import describe_offsets, host_offsets, shift_times
 from grpo_doctor.analysis.columns import Column, joined, repeated
+from grpo_doctor.analysis.console_metrics import read_console_metrics
+from grpo_doctor.analysis.metric_files import read_metric_files
 from grpo_doctor.analysis.parallel_read import read_rank_files
 from grpo_doctor.analysis.probe_evidence import ProbeEvidence, load_probe, probe_files
 from grpo_doctor.analysis.rank_tables import TabledRankLog
@@ -162,14 +164,19 @@ def load_evidence(paths: Sequence[str | Path]) -> Evidence:
 
 
 def _add_log_file(ev: Evidence, path: Path) -> None:
-    """A raw file: a flight-recorder dump (told by its first bytes), else text for the signature parsers."""
+    """A raw file: a flight-recorder dump (told by its first bytes), a metric file (metric_files.py: TRL /
+    ms-swift by name, TensorBoard / W&B / verl's file logger by content), else text for the signature
+    parsers and for the metric lines printed in it (console_metrics.py)."""
     if is_flight_dump(path):
         _add_flight_dump(ev, path)
-    elif framework_logs.is_metric_log(path):
-        ev.metric_logs.append(log := framework_logs.read_metric_log(path))
-        ev.warnings += log.warnings
-    else:
+        return
+    logs = read_metric_files(path)
+    if not logs:
         _add_signatures(ev, scan_file(path), source=str(path), host=None)
+        logs = read_console_metrics(path)
+    for log in logs:
+        ev.metric_logs.append(log)
+        ev.warnings += log.warnings
 
 
 def _load_flight_dumps(ev: Evidence, fr_dir: Path) -> bool:

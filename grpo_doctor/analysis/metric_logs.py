@@ -124,7 +124,9 @@ def metric_log_frames(logs: list[MetricLog]) -> tuple[pd.DataFrame, list[dict[st
     steps = pd.DataFrame([row for log in logs for row in log.steps])
     diversity = pd.DataFrame([{"source": log.source, **row} for log in logs for row in log.diversity])
     if not steps.empty:
-        steps = steps.drop_duplicates(["source", "step"], keep="last")  # checkpoints repeat earlier steps
+        # Checkpoints repeat earlier steps; W&B chart exports give one metric of a step each: the last value
+        # logged of each metric wins
+        steps = steps.groupby(["source", "step"], as_index=False, sort=False).last()
     if not diversity.empty:
         diversity = diversity.drop_duplicates(["source", "step"], keep="last")[["source", "step", "duplicate_rate"]]
         steps = diversity if steps.empty else steps.merge(diversity, on=["source", "step"], how="outer")

@@ -93,6 +93,9 @@ TRL, SWIFT, VERL, OPENRLHF = "trl", "ms-swift", "verl", "openrlhf"
 _VERL_PREFIXES = ("actor/", "critic/", "response_length/")
 _OPENRLHF_NAMES = ("policy_loss", "actor_lr", "actor_grad_norm")
 _SWIFT_NAMES = ("global_step/max_steps", "train_speed(iter/s)", "train_speed(s/it)")
+# The Hugging Face Trainer's end-of-training summary, logged at the last step beside its metrics
+_SUMMARY_NAMES = frozenset({"train_runtime", "train_samples_per_second", "train_steps_per_second", "total_flos",
+                            "train_loss"})
 _FUNC_STD = re.compile(r"^rewards?/.+/std$")  # ms-swift's docs say reward/<f>/std, its code writes rewards/
 
 
@@ -139,11 +142,13 @@ def framework_of(names) -> str:
 
 
 def logged_name(key: str) -> str | None:
-    """A W&B / TensorBoard key as the framework logged it: HF's and OpenRLHF's loggers put train/ in front
-    (and eval/ for evaluation: None, not a training step's metric)."""
-    if key.startswith(("eval/", "val/", "val-core/", "val-aux/")):
+    """A W&B / TensorBoard key as the framework logged it: HF's and OpenRLHF's loggers put train/ in front.
+    None for what is no training step's metric: evaluation (eval/, verl's val-*), W&B's own (_runtime),
+    the HF Trainer's end-of-training summary."""
+    if key.startswith(("eval/", "val/", "val-core/", "val-aux/", "_")):
         return None
-    return key[len("train/"):] if key.startswith("train/") else key
+    name = key[len("train/"):] if key.startswith("train/") else key
+    return None if name in _SUMMARY_NAMES else name
 
 
 def framework_entry(entry: dict, framework: str) -> dict:

@@ -224,3 +224,8 @@ FLIGHT_RECORDER = (
     "older name; torch reads the one it knows) with TORCH_NCCL_DUMP_ON_TIMEOUT=1, and leave "
     "TORCH_NCCL_ASYNC_ERROR_HANDLING at its default so the dumps are written before the process ends "
     "(grpo-doctor watch sets these)")
+
+LAUNCH_IDENTICAL = (
+    "Launch settings differ between nodes (see the config-mismatch finding), so ranks can take different code paths "
+    "and wait in different collectives: make NNODES, NPROC_PER_NODE, MASTER_ADDR, MASTER_PORT, CUDA_VISIBLE_DEVICES "
+    "and use_vllm / vllm_mode identical on every node (only NODE_RANK differs), exported from one shared script.")

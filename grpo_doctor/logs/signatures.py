@@ -99,8 +99,11 @@ class LineScanner:
         rank, source, message = split_prefix_tuple(line)
         previous, self._previous = self._previous, line
         bare = not source and len(message) == len(line.rstrip("\r\n"))  # no prefix at all: maybe a wrap's piece
-        if self._wrap is not None and self._continue_wrap(bare, message, out):
-            return out
+        if self._wrap is not None:
+            if self._joiner.held:  # a message the joiner knows how to finish: its reading wins
+                self._wrap = None
+            elif self._continue_wrap(bare, message, out):
+                return out
         if hot and bare and not self._open() and self._wrapped_from(previous, message, out):
             return out
         if hot and "\\n" in message:  # a collector escaped the newlines of a multi-line message

@@ -45,6 +45,8 @@ OOM_WORDS = ("OutOfMemory", "MemoryError", "out of memory")
 class TimelinePlot:
     uri: str
     note: str  # what the figure leaves out (earlier steps, a stretch cut from the time axis), or ""
+    labels: tuple[str, ...] = ()  # the names written on bars, "rank 1: rollout (open 20 s)": the image's alt text
+    cut: TimeCut | None = None
 
 
 def phase_timeline(ev: Evidence, num_steps: int = TIMELINE_STEPS) -> TimelinePlot | None:
@@ -61,7 +63,8 @@ def phase_timeline(ev: Evidence, num_steps: int = TIMELINE_STEPS) -> TimelinePlo
     if cut is not None and cut.at_end and num_steps > STEPS_BEFORE_CUT:
         shown = _last_steps(top, STEPS_BEFORE_CUT)
         cut = _cut_for(ev, shown, end_of_run)
-    return TimelinePlot(uri=_draw_timeline(ev, shown, end_of_run, cut), note=_timeline_note(top, shown, cut))
+    uri, labels = _draw_timeline(ev, shown, end_of_run, cut)
+    return TimelinePlot(uri=uri, note=_timeline_note(top, shown, cut), labels=labels, cut=cut)
 
 
 def _last_steps(top: pd.DataFrame, num_steps: int) -> pd.DataFrame:
@@ -92,7 +95,8 @@ def _timeline_note(top: pd.DataFrame, shown: pd.DataFrame, cut: TimeCut | None) 
     return ("Cut: " + "; ".join(parts) + ".") if parts else ""
 
 
-def _draw_timeline(ev: Evidence, top: pd.DataFrame, end_of_run: float, cut: TimeCut | None) -> str:
+def _draw_timeline(ev: Evidence, top: pd.DataFrame, end_of_run: float, cut: TimeCut | None
+                   ) -> tuple[str, tuple[str, ...]]:
     start = float(top["begin_t"].min())
     ranks = sorted(top["rank"].unique())
     names = list(dict.fromkeys(top["phase"]))
@@ -135,20 +139,21 @@ def _draw_timeline(ev: Evidence, top: pd.DataFrame, end_of_run: float, cut: Time
     ax.set_ylim(len(ranks) - 0.5, -0.5)
     ax.set_xlabel("seconds since the first phase shown")
     crossing = ~is_open & (t0 < cut.from_s) & (t1 > cut.to_s) if cut is not None else np.zeros_like(is_open)
-    _label_bars(ax, x0, x1, row, t1 - t0, phase, is_open, crossing)
+    labels = _label_bars(ax, x0, x1, row, t1 - t0, phase, is_open, crossing)
     if cut is not None:
         _mark_cut(ax, cut, float(x1.max()))
     _legend_once(ax)
     ax.grid(axis="x", alpha=0.3)
-    return _to_uri(fig)
+    return _to_uri(fig), tuple(f"rank {ranks[int(r)]}: {text}" for r, text in labels)
 
 
-def _label_bars(ax, x0, x1, row, duration_s, phase, is_open, crossing) -> None:
+def _label_bars(ax, x0, x1, row, duration_s, phase, is_open, crossing) -> list[tuple[float, str]]:
     """Names on the bars that matter: every open phase, and the long phases the cut runs through.
     A label that does not fit in its bar goes before it; a white ground keeps it readable on hatching."""
     lo, hi = ax.get_xlim()
     px_per_s = ax.get_window_extent().width / (hi - lo)
     char_px = LABEL_POINTS * 0.6 * DPI / 72
+    labels = []
     for i in np.flatnonzero(is_open | crossing):
         text = f"{phase[i]} ({'open ' if is_open[i] else ''}{_duration_text(duration_s[i])})"
         fits = (x1[i] - x0[i]) * px_per_s > (len(text) + 2) * char_px
@@ -156,6 +161,8 @@ def _label_bars(ax, x0, x1, row, duration_s, phase, is_open, crossing) -> None:
         ax.text(x0[i] + pad if fits else x0[i] - pad, row[i], text, ha="left" if fits else "right", va="center",
                 fontsize=LABEL_POINTS, zorder=6, clip_on=True,
                 bbox={"facecolor": "white", "alpha": 0.85, "edgecolor": "none", "pad": 1})
+        labels.append((row[i], text))
+    return labels
 
 
 def _mark_cut(ax, cut: TimeCut, x_max: float) -> None:

@@ -5,6 +5,10 @@ page through the template's `{{ }}` and so is escaped: a completion holding `<sc
 text. The page carries a Content-Security-Policy that allows no script and no network at all, so
 it opens offline and a mistake in escaping still cannot run code.
 
+The page leads with the verdict and the findings: each root cause with its culprit's stack and the
+phase timeline right under it and its consequences folded beneath (finding_blocks.py); with no
+findings, what was read and what could not be checked (coverage.py).
+
 Typical use:
     path = render_report(evidence, FindingsFile(run=[...], findings=findings, warnings=warnings), out_path)
 """
@@ -18,9 +22,10 @@ import jinja2
 from grpo_doctor._version import __version__
 from grpo_doctor.analysis.findings import FindingsFile
 from grpo_doctor.analysis.load import Evidence
-from grpo_doctor.rankset import format_ranks
 from grpo_doctor.report import plots, sections
+from grpo_doctor.report.coverage import coverage
 from grpo_doctor.report.excerpts import log_excerpts
+from grpo_doctor.report.finding_blocks import finding_blocks, verdict
 from grpo_doctor.report.rollout_plots import rollout_section
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -29,12 +34,12 @@ TEMPLATES = Path(__file__).parent / "templates"
 def render_html(evidence: Evidence, findings: FindingsFile) -> str:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
                              undefined=jinja2.StrictUndefined, trim_blocks=False)
-    data = findings.to_dict()
-    cards = [{**f, "ranks_text": format_ranks(f["ranks"]), "evidence_items": sections.evidence_items(f["evidence"])}
-             for f in data["findings"]]
+    cov = coverage(findings)
+    blocks = finding_blocks(findings, evidence)
     return env.get_template("report.html.j2").render(
-        run_paths=data["run"], generated=time.strftime("%Y-%m-%d %H:%M:%S %Z"), version=__version__,
-        verdict=sections.verdict(findings), findings=cards, warnings=data["warnings"],
+        run_paths=[str(p) for p in findings.run], generated=time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        version=__version__, verdict=verdict(findings, cov), blocks=blocks, warnings=list(findings.warnings),
+        inputs=[row.text for row in cov.inputs], not_checked=list(cov.not_checked),
         ranks=sections.rank_rows(evidence),
         plots={"timeline": plots.phase_timeline(evidence), "memory": plots.memory_over_time(evidence),
                "metrics": plots.step_metrics(evidence)},

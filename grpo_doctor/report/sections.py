@@ -1,4 +1,5 @@
-"""Plain data for the report's tables: the verdict, ranks, environment by host, stacks and evidence.
+"""Plain data for the report's tables: ranks, environment by host, stacks and evidence (the findings
+and the verdict: finding_blocks.py).
 
 Everything here returns dicts, lists and strings taken as they are from the run; escaping is the
 template's job (jinja2 autoescape), so nothing here builds HTML.
@@ -12,7 +13,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-from grpo_doctor.analysis.findings import FindingsFile
 from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.rankset import format_ranks
 
@@ -20,15 +20,6 @@ from grpo_doctor.rankset import format_ranks
 PER_RANK_KEYS = frozenset({"RANK", "LOCAL_RANK", "GROUP_RANK", "NODE_RANK", "TORCHELASTIC_RUN_ID"})
 MAX_EVIDENCE_CHARS = 600
 MAX_STACK_FRAMES = 40
-
-
-def verdict(findings: FindingsFile) -> dict[str, Any]:
-    counts = {s: sum(f.severity == s for f in findings.findings) for s in ("critical", "warning", "info")}
-    ordered = findings.to_dict()["findings"]
-    if not ordered:
-        return {"severity": "ok", "counts": counts, "headline": "No known failure was found in this run."}
-    top = ordered[0]
-    return {"severity": top["severity"], "counts": counts, "headline": top["title"]}
 
 
 def rank_rows(ev: Evidence) -> list[dict[str, Any]]:

@@ -50,28 +50,40 @@ class OutputTee:
         self._thread.join(timeout=timeout_s)
 
     def _run(self) -> None:
-        self._log_path.parent.mkdir(parents=True, exist_ok=True)
-        with self._log_path.open("ab") as log:
-            while True:
-                try:
-                    chunk = os.read(self._fd, CHUNK_BYTES)
-                except OSError:
-                    break
-                if not chunk:
-                    break
-                self.num_bytes += len(chunk)
-                try:
-                    self._write(chunk)
-                except OSError:
-                    # Our reader went away (`| head`, a dead ssh): keep draining, or the job
-                    # blocks on its next write once the pipe is full.
-                    self._write = _discard
-                try:
-                    log.write(chunk)
-                    log.flush()
-                except OSError:
-                    pass  # a full disk must not stop the job's output from reaching the terminal
-                self._split(chunk)
+        try:
+            self._log_path.parent.mkdir(parents=True, exist_ok=True)
+            log: BinaryIO = self._log_path.open("ab")
+        except OSError:  # a read-only or full run directory: the job's output still flows, unsaved
+            log = open(os.devnull, "ab")  # noqa: SIM115 - closed below
+        try:
+            self._pump(log)
+        finally:
+            try:
+                log.close()
+            except OSError:
+                pass  # the last buffered bytes met a full disk; the terminal has them
+
+    def _pump(self, log: BinaryIO) -> None:
+        while True:
+            try:
+                chunk = os.read(self._fd, CHUNK_BYTES)
+            except OSError:
+                break
+            if not chunk:
+                break
+            self.num_bytes += len(chunk)
+            try:
+                self._write(chunk)
+            except OSError:
+                # Our reader went away (`| head`, a dead ssh): keep draining, or the job
+                # blocks on its next write once the pipe is full.
+                self._write = _discard
+            try:
+                log.write(chunk)
+                log.flush()
+            except OSError:
+                pass  # a full disk must not stop the job's output from reaching the terminal
+            self._split(chunk)
         if self._partial:
             self._emit(bytes(self._partial))
         self._source.close()

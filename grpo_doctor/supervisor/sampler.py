@@ -199,7 +199,10 @@ class Sampler:
             if self._thread.is_alive():
                 return False  # the daemon thread dies with the process; its file stays open for it
         if self._file is not None:
-            self._file.close()
+            try:
+                self._file.close()
+            except OSError:
+                pass  # the last round met a full disk; sampling already said so once
             self._file = None
         return True
 

@@ -2,7 +2,8 @@
 
 One `py-spy dump --json` per rank, all started together so the stacks describe the same moment
 and a hang of eight ranks costs one timeout, not eight. Each raw output is kept as
-`rank-NNNNN.json` with a py-spy-style rendering beside it as `rank-NNNNN.txt`. Nothing here
+`rank-NNNNN.json` with a py-spy-style rendering beside it as `rank-NNNNN.txt` (without grpo-doctor's
+own flush and signal threads, which are never the culprit). Nothing here
 raises for a rank that cannot be read: the reason goes into `StackCapture.error`, starting with
 a tag the caller can act on ("process gone:", "ptrace denied:", "py-spy missing:", "timeout:",
 "py-spy failed:"); `ptrace_denied()` says when the fix is a permission one.
@@ -29,10 +30,10 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 from grpo_doctor.logs.pyspy import format_pyspy_text
-from grpo_doctor.stackdata import Frame, StackCapture, ThreadStack
+from grpo_doctor.stackdata import StackCapture, thread_from_pyspy_json
 
 INSTALL_HINT = "install it into the job's environment: pip install py-spy"
 PTRACE_HINT = (
@@ -90,7 +91,8 @@ def capture_stacks(
                 cap = dataclasses.replace(cap, rank=rank)
             caps.append(cap)
     for cap in caps:
-        _rank_path(out_dir, cap.rank, ".txt").write_text(format_pyspy_text(cap))
+        # The raw JSON keeps every thread; the text a person reads leaves out grpo-doctor's own.
+        _rank_path(out_dir, cap.rank, ".txt").write_text(format_pyspy_text(cap.without_own_threads()))
     return caps
 
 
@@ -156,7 +158,7 @@ def _finish(run: _Run, host: str, timeout_s: float, give_up_mono: float) -> Stac
     if returncode != 0:
         return failed(_explain_failure(run.pid, returncode, stderr))
     try:
-        threads = tuple(_thread_from_json(t) for t in json.loads(run.raw_path.read_bytes()))
+        threads = tuple(thread_from_pyspy_json(t) for t in json.loads(run.raw_path.read_bytes()))
     except (ValueError, KeyError, TypeError) as exc:
         return failed(f"py-spy failed: its output for pid {run.pid} is not the JSON expected ({exc})")
     return StackCapture(run.rank, run.pid, host, run.started_t, threads, None, run.command)
@@ -190,13 +192,6 @@ def _error_summary(stderr: str) -> str:
         if line not in parts:
             parts.append(line)
     return ": ".join(parts)
-
-
-def _thread_from_json(data: dict[str, Any]) -> ThreadStack:
-    # py-spy prints the OS thread id in its text output when it knows it; do the same.
-    thread_id = data.get("os_thread_id") or data["thread_id"]
-    frames = tuple(Frame(f["name"], f["filename"], int(f.get("line") or 0)) for f in data.get("frames", ()))
-    return ThreadStack(int(thread_id), data.get("thread_name") or "", bool(data.get("active")), frames)
 
 
 def _rank_path(out_dir: Path, rank: int, suffix: str) -> Path:

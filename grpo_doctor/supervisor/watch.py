@@ -76,14 +76,17 @@ class Watch:
         self._last_busy_mono = time.monotonic()  # last time a rank used CPU or was not yet measured
         self._reported_stall: tuple | None = None
         self._internal_errors: set[type] = set()
+        self._write_errors: set[int | None] = set()  # errnos already said
         self._ending = False  # after watch itself signals the job, its tracebacks are our doing
 
     # -- main loop ------------------------------------------------------------------------
 
     def run(self) -> int:
-        self.sup_dir.mkdir(parents=True, exist_ok=True)
         env, added = child_environment(os.environ, self.opts.run_dir)
-        self._write_run_json(added)
+        # A run directory that cannot be written (read-only, full, missing parent we may not create)
+        # costs supervision its records, never the job its start.
+        self._record_write("the run directory", lambda: self.sup_dir.mkdir(parents=True, exist_ok=True))
+        self._record_write("run.json", lambda: self._write_run_json(added))
         self.tree = ProcessTree.start(self.opts.command, env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         self.console.note(f"watching pid {self.tree.pid}; run directory {self.paths.root}")
         tees = [
@@ -139,13 +142,32 @@ class Watch:
 
     # -- pieces -----------------------------------------------------------------------------
 
+    def _record_write(self, what: str, write) -> bool:
+        """Runs one write into the run directory; a failure (ENOSPC, EROFS, EACCES) is said once per
+        cause, and the job goes on untouched."""
+        try:
+            write()
+            return True
+        except OSError as exc:
+            if exc.errno not in self._write_errors:
+                self._write_errors.add(exc.errno)
+                self.console.note(f"cannot write {what} under {self.paths.root} ({exc.strerror or exc}); the job goes "
+                                  "on untouched, with fewer records; fix: free space there or pass --run-dir on a "
+                                  "writable disk")
+            return False
+
     def _internal_error(self, exc: Exception) -> None:
-        with (self.sup_dir / "watch-errors.log").open("a") as f:
-            f.write("".join(traceback.format_exception(exc)) + "\n")
+        # Never raises: an error while reporting an error (a full disk) must not reach the loop's
+        # `finally`, which would end the job.
+        self._record_write("watch-errors.log", lambda: self._append_error(exc))
         if type(exc) not in self._internal_errors:
             self._internal_errors.add(type(exc))
             self.console.note(f"internal error, supervision goes on and the job is untouched "
                               f"({type(exc).__name__}: {exc}; details in {self.sup_dir / 'watch-errors.log'})")
+
+    def _append_error(self, exc: Exception) -> None:
+        with (self.sup_dir / "watch-errors.log").open("a") as f:
+            f.write("".join(traceback.format_exception(exc)) + "\n")
 
     def _child_output(self, stream: str, data: bytes) -> None:
         self._last_output_mono = time.monotonic()
@@ -159,15 +181,18 @@ class Watch:
         if not found:
             return
         self.signatures.extend(found)
-        with (self.sup_dir / "signatures.jsonl").open("a") as f:
-            for sig in found:
-                f.write(json.dumps(sig.to_dict(), default=str) + "\n")
+        self._record_write("signatures.jsonl", lambda: self._append_signatures(found))
         for sig in found:
             key = (sig.kind, sig.rank)
             if sig.kind in NOTED_KINDS and key not in self._noted and not self._ending:
                 self._noted.add(key)
                 who = f"rank {sig.rank}: " if sig.rank is not None else ""
                 self.console.note(f"seen {sig.kind}: {who}{sig.text.strip()[:200]}")
+
+    def _append_signatures(self, found: list[Signature]) -> None:
+        with (self.sup_dir / "signatures.jsonl").open("a") as f:
+            for sig in found:
+                f.write(json.dumps(sig.to_dict(), default=str) + "\n")
 
     def _discover(self) -> None:
         self.tree.reap_orphans()
@@ -230,7 +255,8 @@ class Watch:
             second_look_s=self.opts.second_look_s, native=self.opts.native, gpus=self.sampler.latest_gpus(),
         )
         self.hangs.append(report)
-        (self.sup_dir / f"hang-{len(self.hangs)}.json").write_text(json.dumps(report.to_dict(), indent=2, default=str))
+        hang_file = self.sup_dir / f"hang-{len(self.hangs)}.json"
+        self._record_write(hang_file.name, lambda: hang_file.write_text(json.dumps(report.to_dict(), indent=2, default=str)))
         for line in report.lines():
             self.console.note(line)
         return report
@@ -294,7 +320,8 @@ class Watch:
             "num_hangs": len(self.hangs), "ranks": ranks,
             "signatures": _count_kinds(self.signatures), "bad_event_lines": self.tracker.num_bad_lines,
         }
-        (self.sup_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+        summary_file = self.sup_dir / "summary.json"
+        self._record_write(summary_file.name, lambda: summary_file.write_text(json.dumps(summary, indent=2, default=str)))
         self.console.note(f"job finished: {describe_exit(status)}" + (" (hang: ended by watch)" if hang_ended else ""))
         for rank, info in ranks.items():
             if info["gone"] or info["error"] or info["ended"] not in ("exit", "shutdown"):

@@ -1,3 +1,5 @@
+from pathlib import Path
+
 from rundata import LOGS, common, header, write_rank
 
 from grpo_doctor.analysis.load import load_evidence
@@ -22,14 +24,29 @@ def test_case4_other_processes_holding_the_gpu_points_at_vllm_reservation():
     assert round(f.evidence["requested_bytes"] / GIB, 2) == 1.42 and round(f.evidence["total_bytes"] / GIB, 2) == 79.35
     assert [p["pid"] for p in f.evidence["processes"]] == [48213, 48377]
     assert f.evidence["others_bytes"] > 40 * GIB
-    assert "NPROC_PER_NODE=N-1" in f.hints[0] and "vllm_gpu_memory_utilization" in f.hints[0]
+    # sleep / offload first, then a smaller share for vLLM, then GPUs of its own (server mode)
+    assert f.hints[:3] == (cuda_oom.HINT_OTHERS, cuda_oom.HINT_SHARE, cuda_oom.HINT_RESERVE)
+    assert "vllm_enable_sleep_mode=True" in f.hints[0] and "--sleep_level 1" in f.hints[0]
+    assert "TRL colocate 0.3" in f.hints[1] and "(e.g. 0.5)" not in f.hints[1]
+    assert "NPROC_PER_NODE=N-1 alone no longer" in f.hints[2] and "Duplicate GPU detected" in f.hints[2]
     assert not any("expandable_segments" in h for h in f.hints)  # 1.02 GiB unallocated < 1.42 GiB requested
 
 
 def test_reserved_but_unallocated_over_the_request_suggests_expandable_segments():
     f = next(f for f in _findings(LOGS / "cuda_oom_variants.log") if f.ranks == (2,))
     assert f.evidence["reserved_unallocated_bytes"] >= f.evidence["requested_bytes"]
-    assert any("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in h for h in f.hints)
+    [hint] = [h for h in f.hints if "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in h]
+    assert hint.index("sleep mode is off") < hint.index("expandable_segments:True")  # only without sleep mode
+    assert "Expandable segments are not compatible with memory pool" in hint
+
+
+def test_an_oom_of_vllms_sleep_mode_allocator_never_suggests_expandable_segments():
+    log = Path(__file__).resolve().parents[1] / "data" / "corpus" / "vllm" / "wake-up-cumem-allocator-oom-72b.log"
+    findings = _findings(log)
+    assert findings and all(f.evidence["wording"] == "cumem" for f in findings)
+    for f in findings:
+        assert f.hints[0] == cuda_oom.HINT_CUMEM and "--offload_model true" in f.hints[0]
+        assert not any("expandable_segments:True" in h for h in f.hints)
 
 
 def test_plenty_free_is_said_not_to_be_a_capacity_problem():
@@ -42,4 +59,4 @@ def test_an_error_record_with_the_oom_message_is_a_finding_with_its_phase(tmp_pa
                                                  message=CASE4, traceback="", phase="rollout", path="rollout")])
     [f] = _findings(tmp_path)
     assert (f.ranks, f.hosts, f.phase, f.step, f.evidence["gpu"]) == ((7,), ("node-3",), "rollout", 3, 7)
-    assert "vllm_gpu_memory_utilization" in f.hints[0]
+    assert "vllm_enable_sleep_mode" in f.hints[0] and "vllm_gpu_memory_utilization" in f.hints[1]

@@ -34,3 +34,30 @@ def test_without_culprits_the_stuck_ranks_are_named(tmp_path):
     write_hang(tmp_path, "node-1", 2, _report("node-1"))
     findings = list(hang.check(load_evidence([tmp_path]), hang.Config()))
     assert [(f.hosts, f.ranks) for f in findings] == [(("node-0",), (0,)), (("node-1",), (1,))]
+
+
+def _with_headers(tmp_path, nproc_node1):
+    from rundata import header, write_rank
+    for rank, nproc in ((0, "2"), (2, nproc_node1)):
+        launch = {"NNODES": "2", "NPROC_PER_NODE": nproc, "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"}
+        write_rank(tmp_path, rank, [header(rank, launch=launch)])
+    write_hang(tmp_path, "node-0", 1, _report())
+    [f] = [f for f in hang.check(load_evidence([tmp_path]), hang.Config())]
+    return f
+
+
+def test_make_launch_identical_is_advised_only_when_settings_differ_between_nodes(tmp_path):
+    same = _with_headers(tmp_path / "same", "2")
+    assert hang.HINT_LAUNCH not in same.hints and not any("identical on every node" in h for h in same.hints)
+    differ = _with_headers(tmp_path / "differ", "1")
+    assert hang.HINT_LAUNCH in differ.hints and "NPROC_PER_NODE" in hang.HINT_LAUNCH
+
+
+def test_the_timeout_hint_names_each_frameworks_default_and_never_advises_600_s(tmp_path):
+    write_hang(tmp_path, "node-0", 1, _report())
+    [f] = hang.check(load_evidence([tmp_path]), hang.Config())
+    [timeout] = [h for h in f.hints if "timeout" in h.lower() and "ddp_timeout" in h]
+    assert "--ddp_timeout 600" not in timeout and "1800 s" in timeout and "actor_rollout_ref.nccl_timeout" in timeout
+    assert "18000000 s" in timeout  # ms-swift: a hang never errors unless it is set
+    [fr] = [h for h in f.hints if "TORCH_FR_BUFFER_SIZE" in h]
+    assert "TORCH_NCCL_TRACE_BUFFER_SIZE" in fr and "TORCH_NCCL_ASYNC_ERROR_HANDLING at its default" in fr

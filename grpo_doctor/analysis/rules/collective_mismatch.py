@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from grpo_doctor.analysis import remedies
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.logs.fr_match import Call, CollectiveMismatch, GroupMatch, match_dumps
@@ -28,14 +29,14 @@ from grpo_doctor.rankset import format_ranks
 
 ID = "collective-mismatch"
 
-HINT_PATHS = ("The ranks took different code paths. Make the launch identical on every node (NNODES, "
-              "NPROC_PER_NODE, CUDA_VISIBLE_DEVICES, use_vllm / vllm_mode and every other ms-swift/TRL argument), "
-              "and look for rank-conditional code around collectives: `if rank == 0:` / `is_main_process` blocks "
-              "that log, evaluate, save or generate and call all_reduce, gather_object or barrier inside.")
-HINT_DATA = ("Uneven data per rank makes one rank run out of batches first and skip the step's collectives: set "
-             "drop_last (TRL/ms-swift --dataloader_drop_last true), give every rank the same number of samples "
-             "(dataset length divisible by world size x per-device batch), and keep per_device_train_batch_size "
-             "and num_generations the same on every node.")
+HINT_PATHS = ("The ranks took different code paths: look for rank-conditional code around collectives: `if rank == 0:` "
+              "/ `is_main_process` blocks that log, evaluate, save or generate and call all_reduce, gather_object or "
+              "barrier inside.")
+HINT_LAUNCH = remedies.LAUNCH_IDENTICAL  # only where the evidence shows settings differing between nodes
+HINT_DATA = ("Uneven data per rank makes one rank run out of batches first and skip the step's collectives: drop the "
+             "last partial batch (" + remedies.flags(remedies.TRL, "dataloader_drop_last") + ", "
+             + remedies.flags(remedies.SWIFT, "dataloader_drop_last") + ") and give every rank the same number of "
+             "samples (dataset length divisible by world size x per-device batch).")
 HINT_STACK = ("Look at the missing rank's stack: the last collective it issued is in missing_last_calls, and under "
               "`grpo-doctor watch` its py-spy stack at the hang shows what it does instead (generation, saving, "
               "evaluation, a data loader, or a different collective).")
@@ -43,7 +44,7 @@ HINT_SHAPES = ("Different shapes or dtypes at one collective mean the ranks buil
                "rank's own longest sequence instead of an agreed length, a model sharded differently (DeepSpeed ZeRO "
                "stage or config differs between nodes), or bf16/fp16/fp32 set on some ranks only. Compare the "
                "ranks' configs and the code at the frames shown.")
-HINTS = (HINT_PATHS, HINT_DATA, HINT_STACK, HINT_SHAPES)
+HINTS = (HINT_PATHS, HINT_LAUNCH, HINT_DATA, HINT_STACK, HINT_SHAPES)
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,7 @@ def _missing_finding(run: Evidence, group: GroupMatch, files: list[str], host_of
                   "last_issued": {r: p.last_issued for r, p in group.progress.items()},
                   "last_completed": {r: p.last_completed for r, p in group.progress.items()},
                   "missing_last_calls": last_calls, "dump_files": files},
-        hints=(HINT_STACK, HINT_PATHS, HINT_DATA),
+        hints=(HINT_STACK, HINT_PATHS, *_launch(run), HINT_DATA),
     )
 
 
@@ -100,7 +101,8 @@ def _mismatch_finding(run: Evidence, cfg: Config, group: GroupMatch, files: list
     title = (f"ranks issued collective #{first.seq} of process group {group.label} with different "
              f"{' and '.join(what[k] for k in first.kinds)}: "
              + "; ".join(f"rank(s) {format_ranks(rs)}: {desc}" for desc, rs in list(_variants(first).items())[:3]))
-    hints = (HINT_PATHS, HINT_DATA, HINT_STACK) if first.kinds == ("op",) else (HINT_SHAPES, HINT_PATHS)
+    hints = ((HINT_PATHS, *_launch(run), HINT_DATA, HINT_STACK) if first.kinds == ("op",)
+             else (HINT_SHAPES, HINT_PATHS, *_launch(run)))
     return Finding(
         id=ID, severity="critical", title=title, ranks=first.odd_ranks, hosts=_hosts(run, first.odd_ranks, host_of),
         evidence={"pg": group.label, "pg_name": group.pg_name, "pg_desc": group.pg_desc, "seq": first.seq,
@@ -109,6 +111,10 @@ def _mismatch_finding(run: Evidence, cfg: Config, group: GroupMatch, files: list
                   "first_mismatched_seqs": [m.seq for m in mismatches[:cfg.max_seqs_listed]], "dump_files": files},
         hints=hints,
     )
+
+
+def _launch(run: Evidence) -> tuple[str, ...]:
+    return (HINT_LAUNCH,) if remedies.launch_settings_differ(run) else ()
 
 
 def _variants(m: CollectiveMismatch) -> dict[str, list[int]]:

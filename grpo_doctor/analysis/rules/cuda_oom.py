@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from grpo_doctor.analysis import remedies
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.logs.kinds import CUDA_OOM
@@ -21,18 +22,27 @@ from grpo_doctor.logs.signatures import scan_text
 
 ID = "cuda-oom"
 
-HINT_OTHERS = ("Other processes (usually vLLM's KV cache) hold most of this GPU: reserve a GPU per node for vLLM "
-               "(torchrun NPROC_PER_NODE=N-1, e.g. 7 on an 8-GPU node) or lower vllm_gpu_memory_utilization "
-               "(e.g. 0.5) and vllm_max_model_len.")
-HINT_FRAGMENTED = ("PyTorch holds at least the requested size reserved but unallocated (fragmentation): set "
-                   "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.")
+# Who holds the GPU decides the remedy: colocated vLLM first sleeps / offloads, then gets a smaller
+# share, then GPUs of its own (remedies.py keeps the framework flags and their defaults).
+HINT_OTHERS = "Other processes (usually colocated vLLM engines) hold most of this GPU. " + remedies.SLEEP_AND_OFFLOAD
+HINT_SHARE = remedies.VLLM_SHARE
+HINT_RESERVE = remedies.VLLM_OWN_GPUS
+HINT_CUMEM = ("vLLM's sleep-mode allocator ran out of memory mapping its weights / KV cache back in (wake_up): the "
+              "trainer still held the GPU. Offload the trainer while vLLM generates ("
+              + remedies.flags(remedies.SWIFT, "offload_model", "offload_optimizer") + "; "
+              + remedies.flags(remedies.VERL, "actor_rollout_ref.actor.fsdp_config.param_offload",
+                               "actor_rollout_ref.actor.fsdp_config.optimizer_offload")
+              + "), free its cached blocks before the wake-up (torch.cuda.empty_cache()), and give vLLM a smaller "
+              "share (below).")
+HINT_FRAGMENTED = ("PyTorch holds at least the requested size reserved but unallocated (fragmentation). "
+                   + remedies.EXPANDABLE_SEGMENTS)
 HINT_NOT_CAPACITY = ("Free memory far exceeds the request: this is not a capacity problem; a memory-fraction cap "
                      "(torch.cuda.set_per_process_memory_fraction, vLLM gpu_memory_utilization) or a stale "
                      "reading is the limit; raise or remove the cap.")
 HINT_GENERIC = ("Reduce the training footprint: smaller per_device_train_batch_size or max_completion_length, "
                 "gradient_checkpointing true, DeepSpeed ZeRO-3 (offload_optimizer to cpu); plan each GPU's memory "
                 "(weights + optimizer + activations + vLLM) before launch.")
-HINTS = (HINT_OTHERS, HINT_FRAGMENTED, HINT_NOT_CAPACITY, HINT_GENERIC)
+HINTS = (HINT_OTHERS, HINT_SHARE, HINT_RESERVE, HINT_CUMEM, HINT_FRAGMENTED, HINT_NOT_CAPACITY, HINT_GENERIC)
 
 
 @dataclass(frozen=True)
@@ -92,8 +102,10 @@ def _hints(fields: dict[str, Any], others: int | None, cfg: Config) -> tuple[str
     total, requested = fields.get("total_bytes"), fields.get("requested_bytes")
     free, unallocated = fields.get("free_bytes"), fields.get("reserved_unallocated_bytes")
     hints = []
+    if fields.get("wording") == "cumem":  # sleep mode is on: never expandable_segments here
+        return (HINT_CUMEM, HINT_SHARE, HINT_RESERVE)
     if others is not None and total and others > cfg.others_fraction * total:
-        hints.append(HINT_OTHERS)
+        hints += [HINT_OTHERS, HINT_SHARE, HINT_RESERVE]
     if unallocated is not None and requested and unallocated >= requested:
         hints.append(HINT_FRAGMENTED)
     if free is not None and requested and free >= cfg.free_factor * requested:

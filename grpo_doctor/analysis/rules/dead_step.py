@@ -1,17 +1,20 @@
 """`dead-step`: for several logged steps in a row the policy got no learning signal at all (CASES.md case 2).
 
-A step is dead when every group's rewards were equal (a zero-std share of 1: every advantage
-is 0), or when the gradient norm is 0 and the loss is 0 too. A loss near 0 alone is normal in
-GRPO (the advantages of a group sum to zero) and is never enough. Read per source (the event log,
-TRL's trainer_state.json, ms-swift's logging.jsonl); the longest run of consecutive logged dead
-steps of at least `min_consecutive_steps` is reported. The share is zero-std-groups'
+A step is dead when every group's rewards were equal (a zero-std share of 1, or verl's
+critic/advantages max and min both 0: every advantage is 0), or when the gradient norm is 0 and
+the loss is 0 too. A loss near 0 alone is normal in GRPO (the advantages of a group sum to zero)
+and is never enough. Read per source (the event log, TRL's trainer_state.json, ms-swift's
+logging.jsonl, console metric lines, W&B / TensorBoard exports); the longest run of consecutive
+logged dead steps of at least `min_consecutive_steps` is reported (critical). A log shorter than
+that (a pasted excerpt of one or two steps) is judged on what it holds: dead at every step it
+logged is a warning (`frac_dead_steps` 1.0), since a tiny batch can be all zero-std for a step. The share is zero-std-groups'
 (grpo_metrics.zero_std_shares): the logged `frac_reward_zero_std`, else the ranks' rollout records
 where ranks hold whole groups (a trainer that only calls grpo_doctor.rollouts() is judged too), and
 the records first under TRL's `--scale_rewards batch`, whose logged flag misses groups each constant
 but different from one another (its 1 still means every group was).
 
 Evidence keys: `source`, `first_step`, `last_step`, `num_steps` (the run's length), `reason`
-("all groups zero-std", "zero gradient and loss" or both joined by " + "), `frac_dead_steps`
+("all groups zero-std", "every advantage 0", "zero gradient and loss", joined by " + "), `frac_dead_steps`
 (dead steps / logged steps in the whole run), `grad_norm_max` and `loss_max_abs` (over the run;
 None where not logged).
 """
@@ -45,6 +48,7 @@ class Config:
     zero_std_share: float = 0.999  # frac_reward_zero_std at or above this: every group zero-std
     grad_norm_zero: float = 1e-8  # gradient norm at or below this counts as zero
     loss_zero: float = 1e-6  # |loss| at or below this counts as zero (only together with a zero gradient)
+    advantage_zero: float = 1e-6  # largest |advantage| (verl) at or below this: every advantage 0
 
 
 def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
@@ -58,17 +62,24 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
         no_grad = pd.Series(False, index=steps.index)
         if grad is not None and loss is not None:
             no_grad = ((steps["grad_norm"] <= cfg.grad_norm_zero) & (steps["loss"].abs() <= cfg.loss_zero)).fillna(False)
-        dead = zero_std | no_grad
-        longest = longest_run(dead, cfg.min_consecutive_steps)
+        no_advantage = pd.Series(False, index=steps.index)
+        if column(steps, "advantage_abs_max") is not None:
+            no_advantage = (steps["advantage_abs_max"] <= cfg.advantage_zero).fillna(False)
+        dead = zero_std | no_advantage | no_grad
+        longest, severity = longest_run(dead, cfg.min_consecutive_steps), "critical"
+        if longest is None and 0 < len(dead) < cfg.min_consecutive_steps and dead.all():
+            longest, severity = (int(dead.index[0]), int(dead.index[-1]), len(dead)), "warning"
         if longest is None:
             continue
         first, last, num = longest
         window = steps.loc[first:last]
-        reasons = [name for name, flags in (("all groups zero-std", zero_std), ("zero gradient and loss", no_grad))
-                   if flags.loc[first:last].any()]
+        reasons = [name for name, flags in (("all groups zero-std", zero_std), ("every advantage 0", no_advantage),
+                                            ("zero gradient and loss", no_grad)) if flags.loc[first:last].any()]
+        span = f"{num} steps in a row ({first}-{last})" if num > 1 else f"step {first}"
+        title = (f"no learning signal for {span}" if severity == "critical"
+                 else f"no learning signal in any logged step ({span}, all the log holds)")
         yield Finding(
-            id=ID, severity="critical",
-            title=f"no learning signal for {num} steps in a row ({first}-{last}): {' + '.join(reasons)}",
+            id=ID, severity=severity, title=f"{title}: {' + '.join(reasons)}",
             step=first,
             evidence={"source": source, "first_step": first, "last_step": last, "num_steps": num,
                       "reason": " + ".join(reasons), "frac_dead_steps": round(float(dead.mean()), 4),

@@ -10,57 +10,151 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from grpo_doctor.analysis import remedies
 from grpo_doctor.analysis.findings import Finding
+from grpo_doctor.analysis.collective_sites import mismatched_sites
+from grpo_doctor.analysis.hang_stacks import culprit_evidence, hang_captures, main_frames
 from grpo_doctor.analysis.load import Evidence
+from grpo_doctor.analysis.rank_progress import collective_failures, rank_positions
 from grpo_doctor.rankset import format_ranks
+from grpo_doctor.stack_groups import collective_call
 
 ID = "hang"
 
-HINTS = (
-    "Compare the stacks of the named ranks with the others' (stack_dirs): the culprits are in a different "
-    "collective or still computing; a rank in a different code path usually means launch settings differ "
-    "between nodes: make NNODES, NPROC_PER_NODE, MASTER_ADDR, MASTER_PORT, CUDA_VISIBLE_DEVICES and use_vllm "
-    "identical everywhere.",
-    "Set TORCH_FR_BUFFER_SIZE=2000 (torch < 2.9: TORCH_NCCL_TRACE_BUFFER_SIZE) and TORCH_NCCL_DUMP_ON_TIMEOUT=1 "
-    "(grpo-doctor watch sets both) so the NCCL flight recorder names "
-    "the rank missing from the collective next time.",
-    "Make a hang fail fast instead of waiting the default 30 min: lower the collective timeout "
-    "(ms-swift/TRL --ddp_timeout 600; torch init_process_group(timeout=timedelta(minutes=10))).",
-    "Test connectivity between nodes before training (grpo-doctor probe) and scale up from one node.",
-)
+HINT_STACKS = ("Compare the stacks of the named ranks with the others' (stack_dirs): the culprits are in a different "
+               "collective, still computing, or blocked in user code (a reward function, a data loader, a request "
+               "to a rollout server); a collective inside `if rank == 0:` code is the usual different code path.")
+HINT_LAUNCH = remedies.LAUNCH_IDENTICAL  # only where the evidence shows settings differing between nodes
+HINT_FR = remedies.FLIGHT_RECORDER + " so the NCCL flight recorder names the rank missing from the collective next time."
+HINT_TIMEOUT = ("Make a hang end in an error instead of waiting: keep the collective timeout above your longest "
+                "legitimate wait (generation, evaluation, checkpoint saving) and not far above it; "
+                + remedies.COLLECTIVE_TIMEOUTS + ".")
+HINT_PROBE = "Test connectivity between nodes before training (grpo-doctor probe) and scale up from one node."
+HINTS = (HINT_STACKS, HINT_LAUNCH, HINT_FR, HINT_TIMEOUT, HINT_PROBE)
+
+
+def hints_for(run: Evidence) -> tuple[str, ...]:
+    """The launch-settings remedy only when the evidence shows a setting differing between nodes."""
+    launch = (HINT_LAUNCH,) if remedies.launch_settings_differ(run) else ()
+    return (HINT_STACKS, *launch, HINT_FR, HINT_TIMEOUT, HINT_PROBE)
 
 
 @dataclass(frozen=True)
 class Config:
-    pass  # every hang report watch wrote is a finding; watch's own thresholds decided it was one
+    # From the rank records alone (no watch): a rank is the culprit when, at the moment another rank gave
+    # up waiting in a collective, it had made no progress for this fraction of the timeout given up after
+    # (it stayed away for the whole wait) ...
+    min_idle_frac_of_timeout: float = 0.9
+    # ... or for this long where the timeout message names no timeout.
+    min_idle_s: float = 60.0
 
 
 def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
+    # watch's hang reports come first: they were made while the job hung, with stacks.
+    yield from _from_watch(run)
+    if not run.hangs:
+        yield from _from_rank_records(run, cfg)
+
+
+def _from_watch(run: Evidence) -> Iterator[Finding]:
     for report in run.hangs:
         ranks_info = {int(r): info for r, info in (report.get("ranks") or {}).items()}
         culprits = [int(r) for r in report.get("culprits") or []]
         stuck = [r for r, info in ranks_info.items() if info.get("verdict") == "stuck"]
         moving = [r for r, info in ranks_info.items() if info.get("verdict") == "moving"]
-        named = culprits or stuck or sorted(ranks_info)
+        captures = hang_captures(report)
+        odd = [] if culprits else _odd_collective_ranks(run, captures, ranks_info)
+        named = culprits or odd or stuck or sorted(ranks_info)
         lead = ranks_info.get(named[0], {}) if named else {}
         phase, step = lead.get("open_phase"), lead.get("step")
         idle = [info["idle_s"] for info in ranks_info.values() if isinstance(info.get("idle_s"), int | float)]
         host = report.get("host")
         where = f" in {phase}" if phase else ""
         at = f" at step {step}" if step is not None else ""
+        stacks = culprit_evidence(captures, culprits or odd)
         if culprits:
             title = f"hang on {host}: the other ranks wait for rank(s) {format_ranks(culprits)}{where}{at}"
+            title += _code_clause(stacks["culprit_code"])
+        elif odd:
+            title = (f"hang on {host}: rank(s) {format_ranks(odd)} wait{where}{at} in a different collective from "
+                     f"the other ranks (see collective-mismatch)")
         else:
             title = f"hang on {host}: no progress from rank(s) {format_ranks(named)}{where}{at}"
         yield Finding(
             id=ID, severity="critical", title=title, ranks=tuple(named), hosts=(host,) if host else (),
             step=step, phase=phase,
-            evidence={"host": host, "hang_file": report.get("file"), "culprits": culprits, "stuck_ranks": stuck,
-                      "moving_ranks": moving,
+            evidence={"source": "watch", "host": host, "hang_file": report.get("file"), "culprits": culprits,
+                      "odd_ranks": odd, "stuck_ranks": stuck, "moving_ranks": moving,
                       "open_phases": {r: info.get("open_phase") for r, info in sorted(ranks_info.items())},
                       "steps": {r: info.get("step") for r, info in sorted(ranks_info.items())},
                       "max_idle_s": max(idle) if idle else None, "stack_groups": list(report.get("groups") or []),
+                      **stacks,
                       "stack_dirs": list(report.get("stack_dirs") or []),
                       "flight_recorder_files": list(report.get("flight_recorder_files") or [])},
-            hints=HINTS,
+            hints=hints_for(run),
         )
+
+
+def _odd_collective_ranks(run: Evidence, captures: list, ranks_info: dict[int, dict]) -> list[int]:
+    """Ranks that all wait in collectives, called from different places: the side that called the extra one."""
+    calls = {c.rank: call for c in captures if (call := collective_call(main_frames(c))) is not None}
+    if len(calls) < 2 or len(calls) < len(captures):
+        return []
+    where = {r: (info.get("step"), info.get("open_phase")) for r, info in ranks_info.items()}
+    found = mismatched_sites(run, calls, where)
+    return list(found.odd_ranks) if found is not None and found.decided_by != "tie" else []
+
+
+def _code_clause(code: dict[int, dict]) -> str:
+    """'; rank 1 is in user code: _block_forever (inject.py:215)' where the culprit's stack shows it."""
+    if not code:
+        return ""
+    rank, info = next(iter(code.items()))
+    kind = "in user code" if info["in_user_code"] else "at"
+    return f"; rank {rank} is {kind}: {info['where']}"
+
+
+def _from_rank_records(run: Evidence, cfg: Config) -> Iterator[Finding]:
+    """A rank open in a phase for the whole time another rank waited in a collective until it timed out."""
+    positions = rank_positions(run)
+    failures = collective_failures(run, positions)
+    timeouts = {r: f for r, f in failures.items() if f.kind == "timeout"}
+    if not timeouts:
+        return
+    gave_up_t = min(f.t for f in timeouts.values())
+    timeout_values_ms = [f.timeout_ms for f in timeouts.values() if f.timeout_ms]
+    need_idle_s = (cfg.min_idle_frac_of_timeout * max(timeout_values_ms) / 1000 if timeout_values_ms
+                   else cfg.min_idle_s)
+    culprits, idle_s = [], {}
+    for rank, pos in positions.items():
+        if rank in failures or pos.error is not None or pos.open_path is None or pos.last_progress_t is None:
+            continue  # it raised itself, or it was between phases: not held up anywhere we can name
+        if pos.end_reason in ("exit", "shutdown"):
+            continue
+        if gave_up_t - pos.last_progress_t >= need_idle_s:
+            culprits.append(rank)
+            idle_s[rank] = round(max(pos.ended_t or gave_up_t, gave_up_t) - pos.last_progress_t, 1)
+    if not culprits:
+        return
+    lead = positions[culprits[0]]
+    waiting = sorted(timeouts)
+    first = timeouts[waiting[0]]
+    what = f" in {first.call.op} ({first.call.site})" if first.call else " in a collective"
+    after = f" after {first.timeout_ms} ms" if first.timeout_ms else ""
+    hosts = sorted({h for r in culprits if (h := positions[r].host)})
+    yield Finding(
+        id=ID, severity="critical",
+        title=(f"hang: rank(s) {format_ranks(culprits)} stayed in {lead.open_path} at step {lead.step} for "
+               f"{idle_s[culprits[0]]:.0f} s without progress; rank(s) {format_ranks(waiting)} timed out{after} "
+               f"waiting for it{what}"),
+        ranks=tuple(culprits), hosts=tuple(hosts), step=lead.step, phase=lead.open_path,
+        evidence={"source": "event-log", "culprits": culprits, "waiting_ranks": waiting,
+                  "open_phases": {r: p.open_path for r, p in positions.items()},
+                  "steps": {r: p.step for r, p in positions.items()},
+                  "max_idle_s": max(idle_s.values()), "idle_s": idle_s, "timeout_ms": first.timeout_ms,
+                  "waiting_calls": {r: f.call.to_dict() if f.call else None for r, f in sorted(timeouts.items())},
+                  "waiting_errors": {r: f.message[:300] for r, f in sorted(timeouts.items())},
+                  "ended": {r: positions[r].end_signal or positions[r].end_reason or "no end record"
+                            for r in culprits}},
+        hints=hints_for(run),
+    )

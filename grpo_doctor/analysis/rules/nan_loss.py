@@ -3,6 +3,9 @@
 Reported once per source at the first step where any rank logged a non-finite `loss` or
 `grad_norm` (read from the step records and framework logs themselves: in the tables NaN also
 means "not logged"), naming the ranks that did at that step; a framework log names no rank.
+Critical when it lasts (two or more logged steps) or is the last thing logged (a short excerpt
+ending in NaN counts); a warning for one step followed by finite values (fp16 loss scaling skips
+such an overflow step and goes on).
 Note: the Hugging Face Trainer (TRL, ms-swift) replaces a NaN / inf loss by the running mean in
 its logs (`logging_nan_inf_filter`, on by default), so there the gradient norm is what shows it.
 
@@ -69,12 +72,15 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
         before = table[(table["source"] == source) & (table["step"] < first)].sort_values("step")
         hosts = tuple(sorted({run.host_of(r) for r in ranks} - {None}))
         where = f"on rank(s) {', '.join(map(str, ranks))}" if ranks else f"({source} log)"
+        affected = {step for step, *_ in bad}
+        last_logged = table.loc[table["source"] == source, "step"].max()
+        recovered = len(affected) == 1 and pd.notna(last_logged) and last_logged > first
         yield Finding(
-            id=ID, severity="critical", title=f"{' and '.join(flagged)} became non-finite at step {first} {where}",
+            id=ID, severity="warning" if recovered else "critical", title=f"{' and '.join(flagged)} became non-finite at step {first} {where}",
             ranks=ranks, hosts=hosts, step=first,
             evidence={"source": source, "first_step": first, "metrics": flagged,
                       "values": {name: _describe([v for _, _, n, v in at_first if n == name]) for name in flagged},
-                      "num_steps_affected": len({step for step, *_ in bad}),
+                      "num_steps_affected": len(affected),
                       "last_finite_loss": _last(before, "loss"), "last_finite_grad_norm": _last(before, "grad_norm")},
             hints=HINTS,
         )

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from grpo_doctor.analysis import remedies
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.logs.kinds import NCCL_TIMEOUT, NCCL_WATCHDOG_STATUS
@@ -23,14 +24,20 @@ ID = "nccl-timeout"
 
 HINT_ABSENT = ("The ranks that did not report never reached this collective: look at what they were doing "
                "(their last phase and stack; run under `grpo-doctor watch` to capture stacks at the hang).")
-HINT_DESYNC = ("Ranks disagree on the collective's sequence number (desync): check launch settings are identical "
-               "across nodes (NNODES, NPROC_PER_NODE, CUDA_VISIBLE_DEVICES, use_vllm, per-rank data sizes).")
-HINT_FR = ("Set TORCH_FR_BUFFER_SIZE=2000 (torch < 2.9: TORCH_NCCL_TRACE_BUFFER_SIZE) and TORCH_NCCL_DUMP_ON_TIMEOUT=1 "
-           "(grpo-doctor watch sets both) to get flight-recorder dumps "
-           "naming the missing rank and mismatched collectives.")
-HINT_TIMEOUT = ("If one rank legitimately works longer (e.g. vLLM generation or checkpoint saving on rank 0), "
-                "raise the timeout: ms-swift/TRL --ddp_timeout 3600, or init_process_group(timeout=...).")
-HINTS = (HINT_ABSENT, HINT_DESYNC, HINT_FR, HINT_TIMEOUT)
+HINT_DESYNC = ("Ranks disagree on the collective's sequence number (desync): they issued different numbers of "
+               "collectives, so they took different code paths: a collective inside rank-conditional code (`if rank "
+               "== 0:` logging, evaluation, saving, generation), or uneven data per rank (one rank runs out of "
+               "batches first: drop_last, equal samples per rank).")
+HINT_LAUNCH = remedies.LAUNCH_IDENTICAL  # only where the evidence shows settings differing between nodes
+HINT_FR = remedies.FLIGHT_RECORDER + " to get flight-recorder dumps naming the missing rank and mismatched collectives."
+HINT_TIMEOUT = ("If one rank legitimately works longer than the timeout (vLLM generation, evaluation or checkpoint "
+                "saving on rank 0), raise the timeout above that wait; " + remedies.COLLECTIVE_TIMEOUTS + ".")
+HINTS = (HINT_ABSENT, HINT_DESYNC, HINT_LAUNCH, HINT_FR, HINT_TIMEOUT)
+
+
+def timeout_hint(timeout_ms: int | None) -> str:
+    """The timeout remedy, starting from the timeout this job ran with where the log states it."""
+    return HINT_TIMEOUT if not timeout_ms else f"This job's collective timeout was {timeout_ms / 1000:g} s. " + HINT_TIMEOUT
 
 
 @dataclass(frozen=True)
@@ -58,12 +65,13 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
         if desync:
             title = (f"NCCL timeout with desynchronised ranks: sequence numbers "
                      f"{', '.join(f'rank {r}: {s}' for r, s in sorted(seqs.items()))}")
-            hints = (HINT_DESYNC, HINT_FR, HINT_TIMEOUT)
+            launch = (HINT_LAUNCH,) if remedies.launch_settings_differ(run) else ()
+            hints = (HINT_DESYNC, *launch, HINT_FR, timeout_hint(first.get("timeout_ms")))
         else:
             title = f"NCCL {op} #{first.get('seq')} timed out on rank(s) {format_ranks(reporting) or '?'}"
             if absent:
                 title += f"; rank(s) {format_ranks(absent)} never joined it"
-            hints = ((HINT_ABSENT,) if absent else ()) + (HINT_FR, HINT_TIMEOUT)
+            hints = ((HINT_ABSENT,) if absent else ()) + (HINT_FR, timeout_hint(first.get("timeout_ms")))
         named = absent or reporting
         hosts = sorted({h for h in map(run.host_of, named) if h})
         yield Finding(

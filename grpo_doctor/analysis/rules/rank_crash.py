@@ -2,13 +2,20 @@
 
 Sources: Error records (an uncaught exception), End records with reason exception or signal,
 ranks whose log stops without an End record once the run is over (killed: SIGKILL, OOM killer,
-node loss), watch's summary (`gone`), and torchrun's ChildFailedError lines in raw logs.
+node loss), watch's summary (`gone`), and raw logs (analysis.log_crashes): torchrun's ChildFailedError
+block and agent lines, srun's task lines, CUDA faults, rollout-engine and Ray actor deaths (these
+last name no rank: one finding per way they died).
 Ranks that failed the same way are one finding. A rank stopped by SIGTERM/SIGINT/SIGHUP while
 another rank failed is collateral (the launcher tears the job down), and so is an exception
 saying a peer went away (gloo's "Connection closed by peer"): a warning, not critical.
 
 Evidence keys: `exc_type`, `message` (first 500 characters), `signal`, `exitcode`, `source`
-("event-log", "watch" or the log file), `root_cause` (torchrun's first failure, when stated).
+("event-log", "watch" or the log file), `root_cause` (torchrun's first failure, when stated); from
+raw logs also `suspected` ("host-oom": SIGKILL with no traceback) with `confirm_with` (the command
+that shows the kill), `exception` (the rank's last Python traceback, "Type: message"),
+`rank_is_local` (only torchrun's agent line named it: the local rank), `pid`, `cuda_fault`,
+`component` ("vllm-engine", "vllm-worker", "ray-actor"), `actor`, `ip`, `exit_type`, `exit_detail`,
+`num_reports`.
 """
 from __future__ import annotations
 
@@ -18,7 +25,7 @@ from typing import Any
 
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.load import Evidence
-from grpo_doctor.logs.kinds import CHILD_FAILED
+from grpo_doctor.analysis.log_crashes import crashes_from_logs
 from grpo_doctor.rankset import format_ranks
 from grpo_doctor.schema import End
 
@@ -31,7 +38,19 @@ HINTS = (
     "host memory use (fewer dataloader_num_workers, ZeRO-3 offload_optimizer off, smaller batch).",
     "Exit on SIGABRT after an NCCL timeout: the crash is a symptom; see the nccl-timeout / hang findings.",
 )
+HINT_CUDA_FAULT = ("A CUDA fault is reported asynchronously, often at a later call than the one that caused it: rerun "
+                   "that rank with CUDA_LAUNCH_BLOCKING=1 to raise it where it happens, or under `compute-sanitizer "
+                   "--tool memcheck python ...` to name the kernel; a device-side assert is usually an index out of "
+                   "range (token ids beyond the vocabulary, labels beyond the classes).")
+HINT_ENGINE = ("The rollout engine (vLLM EngineCore) died: its own error is printed above the EngineDeadError, in the "
+               "engine's process (lines prefixed EngineCore / VllmWorker): read that traceback first.")
+HINT_ACTOR = ("A Ray worker process died without a Python error (SYSTEM_ERROR): most often the host's OOM killer "
+              "(run `dmesg -T | grep -i -E 'killed process|out of memory'` on the node named, and look for Ray's memory "
+              "monitor in raylet.out), else a segfault; read that worker's own log above the ActorDiedError.")
 COLLATERAL_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP")
+# Evidence keys that raw logs add (see analysis.log_crashes).
+LOG_KEYS = ("suspected", "confirm_with", "exception", "rank_is_local", "pid", "cuda_fault", "component", "actor",
+            "ip", "exit_type", "exit_detail")
 # Exception messages of a rank whose peer died first (gloo, NCCL, c10d): the effect, not the cause.
 PEER_LOST = ("Connection closed by peer", "Connection reset by peer", "remote worker crashing",
              "remote process exited", "Broken pipe", "NCCL communicator was aborted")
@@ -63,18 +82,17 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
                 entry = crashes.setdefault(int(rank_s), {"phase": info.get("open_phase"), "step": info.get("step"),
                                                          "source": "watch"})
                 entry.setdefault("message", info["gone"])
-    for row in run.signature_rows:
-        f = row["fields"]
-        if row["kind"] != CHILD_FAILED or f.get("rank") is None or (f.get("exitcode") in (0, None) and not f.get("signal")):
-            continue
-        entry = crashes.setdefault(int(f["rank"]), {"phase": None, "step": None, "source": row["source"]})
-        entry.setdefault("signal", f.get("signal"))
-        entry["exitcode"] = f.get("exitcode")
-        entry["root_cause"] = f.get("root_cause")
-        entry.setdefault("host", f.get("host") or row["host"])
+    from_logs, unranked = crashes_from_logs(run.signature_rows)
+    for rank, info in from_logs.items():
+        entry = crashes.setdefault(rank, info)
+        if entry is not info:  # the run's own records come first; the log adds how the process ended
+            for key, value in info.items():
+                entry.setdefault(key, value)
+            entry["exitcode"] = info.get("exitcode", entry.get("exitcode"))
     if any(s.get("hang_ended_by_watch") for s in run.summaries.values()):
         # watch ended a hung job: the ranks it stopped are the `hang` finding, not crashes.
         crashes = {r: info for r, info in crashes.items() if not _collateral(info)}
+    yield from _unranked_findings(unranked)
     if not crashes:
         return
     any_primary = any(not _collateral(info) for info in crashes.values())
@@ -92,6 +110,10 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
         how = exc_type or (f"signal {signal}" if signal else None) or (
             f"exit code {exitcode}" if exitcode is not None else info.get("message") or "unknown cause")
         where = (f" in {phase}" if phase else "") + (f" at step {step}" if step is not None else "")
+        if info.get("suspected") == "host-oom" and not collateral:
+            where += " with no traceback: a host OOM kill is suspected"
+        elif info.get("exception") and not exc_type:
+            where += f" ({info['exception'][:160]})"
         if collateral:
             title = f"rank(s) {format_ranks(ranks)} ended ({how}) after another rank failed"
         elif stopped:
@@ -104,13 +126,44 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
             id=ID, severity="warning" if collateral or stopped else "critical", title=title, ranks=tuple(ranks),
             hosts=tuple(hosts), step=step, phase=phase,
             evidence={"exc_type": exc_type, "message": info.get("message"), "signal": signal, "exitcode": exitcode,
-                      "source": info.get("source"), "root_cause": info.get("root_cause")},
-            hints=_hints(signal, exitcode),
+                      "source": info.get("source"), "root_cause": info.get("root_cause"),
+                      **{k: info[k] for k in LOG_KEYS if info.get(k) is not None}},
+            hints=_hints(signal, exitcode, info),
         )
 
 
-def _hints(signal: str | None, exitcode: int | None) -> tuple[str, ...]:
+def _unranked_findings(unranked: list[dict[str, Any]]) -> Iterator[Finding]:
+    """One finding per way a process that no rank names died (a CUDA fault in an unprefixed log, a
+    rollout engine, a Ray actor)."""
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for info in unranked:
+        groups.setdefault((info.get("component"), info.get("cuda_fault"), info.get("exit_type")), []).append(info)
+    for (component, cuda_fault, exit_type), infos in groups.items():
+        info = next((i for i in infos if i.get("exit_detail") or i.get("actor")), infos[0])
+        if cuda_fault:
+            title = f"a process crashed: CUDA error: {cuda_fault}"
+        elif component == "ray-actor":
+            who = f" {info['actor']}" if info.get("actor") else ""
+            how = f" (worker exit type {exit_type})" if exit_type else ""
+            title = f"Ray actor{who} died{how}" + (f" on {info['ip']}" if info.get("ip") else "")
+        else:
+            title = f"the rollout engine died: {info.get('exc_type')}"
+        yield Finding(id=ID, severity="critical", title=title, ranks=(), hosts=(), step=None, phase=None,
+                      evidence={"exc_type": info.get("exc_type"), "message": info.get("message"), "signal": None,
+                                "exitcode": None, "source": info.get("source"), "root_cause": None,
+                                "num_reports": len(infos), **{k: info[k] for k in LOG_KEYS if info.get(k) is not None}},
+                      hints=_hints(None, None, info))
+
+
+def _hints(signal: str | None, exitcode: int | None, info: dict[str, Any] | None = None) -> tuple[str, ...]:
     """The traceback hint always; the OOM-killer and NCCL-abort ones only where the way it ended fits."""
+    info = info or {}
+    if info.get("cuda_fault"):
+        return (HINT_CUDA_FAULT, HINTS[0])
+    if info.get("component") == "ray-actor":
+        return (HINT_ACTOR, HINTS[0])
+    if info.get("component"):
+        return (HINT_ENGINE, HINTS[0])
     hints = [HINTS[0]]
     if signal == "SIGKILL" or exitcode in (-9, 137):
         hints.append(HINTS[1])

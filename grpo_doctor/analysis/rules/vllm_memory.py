@@ -21,23 +21,42 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from grpo_doctor.analysis import remedies
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.load import Evidence
+from grpo_doctor.analysis.remedies import SWIFT, SWIFT_ROLLOUT, TRL, TRL_SERVE, VERL
 from grpo_doctor.logs.kinds import VLLM_MEMORY
 
 ID = "vllm-memory"
 
-HINT_RAISE = ("Raise vllm_gpu_memory_utilization (e.g. 0.9) when vLLM has the GPU to itself (server mode, or GPUs "
-              "reserved for it); colocated with training, first give vLLM its own GPUs.")
-HINT_MAX_LEN = ("Lower vllm_max_model_len to what a rollout needs (longest prompt + max_completion_length): the KV "
-                "cache must hold at least one request of that length.")
-HINT_TP = ("Split the model over GPUs with vllm_tensor_parallel_size 2 or more, so the weights leave room for the "
-           "KV cache on each GPU.")
-HINT_RESERVE = ("Reserve GPUs for vLLM instead of sharing them with training: NPROC_PER_NODE=N-1 (e.g. 7 of 8) and "
-                "run vLLM on the spare GPU (ms-swift/TRL server mode).")
-HINT_THROUGHPUT = ("Rollouts are limited by the KV cache (case 3): raise vllm_gpu_memory_utilization to 0.85-0.9 where "
-                   "memory allows, lower vllm_max_model_len to the real prompt + completion length, or add inference "
-                   "GPUs (num_infer_workers, vllm_tensor_parallel_size).")
+# Flags per framework (and their defaults) come from remedies.py: the same setting is spelled three ways.
+HINT_RAISE = ("Raise vLLM's memory share where it has the GPU to itself (server mode: "
+              + TRL_SERVE + " " + remedies.flag_set(TRL_SERVE, "gpu_memory_utilization", 0.9) + ", "
+              + SWIFT_ROLLOUT + " " + remedies.flag_set(SWIFT_ROLLOUT, "vllm_gpu_memory_utilization", 0.9)
+              + "). Colocated with training (defaults: " + remedies.vllm_shares() + "), raise "
+              + remedies.flags(TRL, "vllm_gpu_memory_utilization") + ", "
+              + remedies.flags(SWIFT, "vllm_gpu_memory_utilization") + " or "
+              + remedies.flags(VERL, "actor_rollout_ref.rollout.gpu_memory_utilization")
+              + " only as far as training leaves room, with vLLM asleep during training steps ("
+              + remedies.flags(TRL, "vllm_enable_sleep_mode") + ", " + remedies.flags(SWIFT, "sleep_level") + ").")
+HINT_MAX_LEN = ("Lower vLLM's context to what a rollout needs (longest prompt + max_completion_length): the KV cache "
+                "must hold at least one request of that length. "
+                + remedies.flags(TRL, "vllm_max_model_length") + " (server mode: "
+                + remedies.flags(TRL_SERVE, "max_model_len") + "), "
+                + remedies.flags(SWIFT, "vllm_max_model_len") + " (server mode: "
+                + remedies.flags(SWIFT_ROLLOUT, "vllm_max_model_len") + "), "
+                + remedies.flags(VERL, "actor_rollout_ref.rollout.max_model_len") + ".")
+HINT_TP = ("Split the model over GPUs with tensor parallelism 2 or more, so the weights leave room for the KV cache "
+           "on each GPU: " + remedies.flags(TRL, "vllm_tensor_parallel_size") + " (server mode: "
+           + TRL_SERVE + " " + remedies.flag_set(TRL_SERVE, "tensor_parallel_size", 2) + "), "
+           + remedies.flags(SWIFT, "vllm_tensor_parallel_size") + ", "
+           + remedies.flags(VERL, "actor_rollout_ref.rollout.tensor_model_parallel_size") + ".")
+HINT_RESERVE = remedies.VLLM_OWN_GPUS
+HINT_THROUGHPUT = ("Rollouts are limited by the KV cache (case 3): raise vLLM's memory share to 0.85-0.9 where memory "
+                   "allows (in server mode; colocated, see the framework's default: " + remedies.vllm_shares()
+                   + "), lower its context to the real prompt + completion length, or add engines in server mode: "
+                   + remedies.flags(TRL_SERVE, "data_parallel_size") + ", "
+                   + remedies.flags(SWIFT_ROLLOUT, "vllm_data_parallel_size") + ".")
 HINTS = (HINT_RAISE, HINT_MAX_LEN, HINT_TP, HINT_RESERVE, HINT_THROUGHPUT)
 
 FIGURES = ("kv_cache_bytes", "weights_bytes", "activation_peak_bytes", "non_torch_bytes", "peak_torch_bytes",

@@ -1,0 +1,98 @@
+"""Crashes that raw logs state, gathered for the `rank-crash` rule: launcher reports, CUDA faults,
+rollout-engine and Ray actor deaths.
+
+torchrun reports a failed worker twice: its agent's line ("failed (exitcode: -9) local_rank: 5
+(pid: 2630) of binary: ...", local rank and pid only) and the ChildFailedError summary (global
+rank, host). A report whose pid the summary also gives is the same failure; an agent line alone
+(the summary cut off, or never printed) names the local rank, which is the rank on one node
+(`rank_is_local` says so). srun's "task N: ..." lines name the task. The way a process ended says
+where to look: -9 / SIGKILL with no Python traceback of that rank is most often the host's OOM
+killer (`suspected` "host-oom", and `confirm_with` the command that shows it); -6 / SIGABRT is an
+abort from C++ (NCCL's watchdog, a failed check: the message is above it); 1 is a Python exception,
+whose traceback (`exception`) is the rank's last in the log.
+
+CUDA faults ("CUDA error: an illegal memory access was encountered", device-side asserts) name
+the rank when the line's prefix does; engine and actor deaths name the component.
+
+Typical use:
+    by_rank, unranked = crashes_from_logs(run.signature_rows)
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from grpo_doctor.logs.kinds import CHILD_FAILED, CUDA_FAULT, PYTHON_TRACEBACK, WORKER_DIED
+
+DMESG = "dmesg -T | grep -i -E 'killed process|out of memory'"
+_LAUNCHER_EXCEPTIONS = ("ChildFailedError",)  # torchrun's own traceback when it gives up, not a rank's
+
+
+def crashes_from_logs(rows: list[dict[str, Any]]) -> tuple[dict[int, dict[str, Any]], list[dict[str, Any]]]:
+    """(rank -> what the logs say of its end, ends that name no rank)."""
+    by_rank: dict[int, dict[str, Any]] = {}
+    unranked: list[dict[str, Any]] = []
+    tracebacks = _tracebacks(rows)
+    for row in rows:
+        f = row["fields"]
+        if row["kind"] == CUDA_FAULT:
+            info = {"exc_type": f"CUDA error: {f['error']}", "message": row["text"][:500], "phase": None,
+                    "step": None, "source": row["source"], "cuda_fault": f["error"]}
+            if row["rank"] is None:
+                unranked.append(info)
+            else:
+                entry = by_rank.setdefault(int(row["rank"]), info)
+                entry.setdefault("cuda_fault", f["error"])
+        elif row["kind"] == WORKER_DIED:
+            unranked.append({"exc_type": f.get("exc_type") or _component_name(f), "message": f.get("message"),
+                             "phase": None, "step": None, "source": row["source"], "component": f.get("component"),
+                             "actor": f.get("actor_name") or f.get("class_name"), "pid": f.get("pid"),
+                             "ip": f.get("ip"), "exit_type": f.get("exit_type"), "exit_detail": f.get("exit_detail")})
+    summary_pids = {row["fields"].get("pid") for row in rows
+                    if row["kind"] == CHILD_FAILED and row["fields"].get("origin") == "summary"}
+    for row in rows:
+        f = row["fields"]
+        if row["kind"] != CHILD_FAILED or (f.get("exitcode") in (0, None) and not f.get("signal")):
+            continue
+        rank, local = f.get("rank"), False
+        if rank is None:
+            if f.get("origin") != "agent" or f.get("local_rank") is None or f.get("pid") in summary_pids:
+                continue
+            rank, local = f["local_rank"], True
+        entry = by_rank.setdefault(int(rank), {"phase": None, "step": None, "source": row["source"]})
+        entry.setdefault("signal", f.get("signal"))
+        entry["exitcode"] = f.get("exitcode")
+        entry["root_cause"] = f.get("root_cause") if entry.get("root_cause") is None else entry["root_cause"]
+        entry.setdefault("host", f.get("host") or row["host"])
+        entry.setdefault("pid", f.get("pid"))
+        if local:
+            entry.setdefault("rank_is_local", True)
+    for rank, entry in by_rank.items():
+        _explain_exit(entry, tracebacks.get(rank) or (tracebacks.get(None) if len(by_rank) == 1 else None))
+    return by_rank, unranked
+
+
+def _tracebacks(rows: list[dict[str, Any]]) -> dict[int | None, str]:
+    """rank (None: unprefixed) -> "Type: message" of its last Python traceback that is not torchrun's own."""
+    found: dict[int | None, str] = {}
+    for row in rows:
+        f = row["fields"]
+        if row["kind"] == PYTHON_TRACEBACK and f.get("exc_type") and not f["exc_type"].endswith(_LAUNCHER_EXCEPTIONS):
+            found[row["rank"]] = f"{f['exc_type']}: {f.get('message') or ''}".strip().rstrip(":")[:500]
+    return found
+
+
+def _explain_exit(entry: dict[str, Any], exception: str | None) -> None:
+    signal, exitcode = entry.get("signal"), entry.get("exitcode")
+    if signal == "SIGKILL" or exitcode in (-9, 137):
+        if exception is None and entry.get("exc_type") is None:
+            entry["suspected"] = "host-oom"
+            entry["confirm_with"] = DMESG
+    elif exitcode == 1 and exception is not None:
+        entry.setdefault("exception", exception)
+    elif signal == "SIGABRT" or exitcode in (-6, 134):
+        entry.setdefault("exception", exception)
+
+
+def _component_name(f: dict[str, Any]) -> str:
+    return {"vllm-engine": "vLLM engine died", "vllm-worker": "vLLM worker died",
+            "ray-actor": "Ray actor died"}.get(f.get("component") or "", "process died")
