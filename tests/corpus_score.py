@@ -69,7 +69,16 @@ def leading(findings: list[Finding]) -> Finding | None:
     return findings[0] if findings else None
 
 
-def _close(actual: Any, expected: float) -> bool:
+def _close(actual: Any, expected: Any) -> bool:
+    """`expected` within 1 % of `actual`. A per-rank dict in the finding ({rank: seq}, e.g.
+    `last_completed`) matches a single number when any rank's value does, and a dict in the label
+    key by key (JSON keys are strings)."""
+    if isinstance(expected, dict):
+        return isinstance(actual, dict) and all(
+            _close(actual.get(k, actual.get(int(k)) if str(k).lstrip("-").isdigit() else None), v)
+            for k, v in expected.items())
+    if isinstance(actual, dict):
+        return any(_close(v, expected) for v in actual.values())
     if isinstance(actual, bool) or not isinstance(actual, (int, float)) or math.isnan(actual):
         return False
     if expected == 0:

@@ -100,10 +100,17 @@ def _crash_waited(f: Finding, findings: list[Finding]) -> bool:
     message = " ".join(str(f.evidence.get(k) or "") for k in ("exc_type", "message")).lower()
     if f.evidence.get("exc_type") and any(w in message for w in WAITED_WORDS):
         return True
+    if f.evidence.get("exc_type"):
+        return False
+    causes = [g for g in findings if g is not f and g.id in ROOT_ORDER and g.id != "rank-crash"
+              and g.severity == "critical"]
     aborted = f.evidence.get("signal") in ABORT_SIGNALS or f.evidence.get("exitcode") in ABORT_EXITCODES
-    others_failed = any(g is not f and g.id != "rank-crash" and g.severity == "critical" for g in findings) or any(
-        g is not f and g.id == "rank-crash" and set(g.ranks) - set(f.ranks) for g in findings)
-    return aborted and not f.evidence.get("exc_type") and others_failed
+    if aborted:
+        return bool(causes) or any(g is not f and g.id == "rank-crash" and set(g.ranks) - set(f.ranks)
+                                   for g in findings)
+    # "exited with exit code 1" (torchrun, srun) says only that the rank's Python failed: where the log
+    # also holds the error that made it fail (an NCCL error, an OOM), that error is the news.
+    return f.evidence.get("exitcode") == 1 and not f.evidence.get("signal") and bool(causes)
 
 
 def _collective_effects(root: Finding, other: Finding, findings: list[Finding]) -> bool:
@@ -129,6 +136,8 @@ def _memory_effects(root: Finding, other: Finding, findings: list[Finding]) -> b
         return False  # several ranks out of memory: each its own incident
     if other.id == "hang":
         return not set(other.ranks) <= set(root.ranks) or not root.ranks
+    if other.id == "rank-crash" and (not root.ranks or not other.ranks or set(other.ranks) & set(root.ranks)):
+        return True  # the process that ran out of memory died of it (a Ray actor, a torchrun child)
     return _collective_effects(root, other, findings)
 
 

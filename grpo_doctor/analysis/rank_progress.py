@@ -12,8 +12,7 @@ Typical use:
     positions = rank_positions(run)
     failures = collective_failures(run, positions)
     failures[0].kind, failures[0].call.op, failures[0].call.site   # "timeout", "all_gather", "dist.py:75"
-    order = phase_order(run)
-    is_behind(positions[1], positions[0], order)                    # rank 1 has not reached rank 0's phase
+    completed(run, 0, "rollout", 2)      # True: rank 0 went past the phase rank 1 waits in
 """
 from __future__ import annotations
 
@@ -21,9 +20,9 @@ import re
 from dataclasses import dataclass
 
 from grpo_doctor.analysis.load import Evidence
+from grpo_doctor.schema import End, Error
 from grpo_doctor.stack_groups import CollectiveCall, collective_call
 from grpo_doctor.stackdata import Frame, traceback_frames
-from grpo_doctor.schema import End, Error, PhaseBegin, PhaseEnd, Step
 
 # A collective or store operation gave up waiting: the rank that raised it is the one that waited.
 _TIMEOUT_MS = (
@@ -71,23 +70,30 @@ class CollectiveFailure:
 def rank_positions(run: Evidence) -> dict[int, RankPosition]:
     """Every rank with an event log, as its latest attempt ended."""
     out: dict[int, RankPosition] = {}
+    phases, steps = run.phases, run.steps
     for rank, log in sorted((run.run.ranks if run.run else {}).items()):
         host = log.host
         shift = run.clock_offsets.get(host, 0.0) if host else 0.0
-        last_progress, last_any = None, None
-        for rec in log.current_attempt:
-            if isinstance(rec, PhaseBegin | PhaseEnd | Step):
-                last_progress = rec
-            if hasattr(rec, "t"):
-                last_any = rec
+        began_t = log.header.t - shift if log.header is not None else float("-inf")
+        # Phase and step records live in the tables (clocks already aligned there), not in log.records.
+        mine = phases[(phases["rank"] == rank) & (phases["begin_t"] >= began_t)]
+        times = [mine["begin_t"].max(), mine["end_t"].max()]
+        if "t" in steps and not steps.empty:
+            times.append(steps.loc[(steps["rank"] == rank) & (steps["t"] >= began_t), "t"].max())
+        times = [float(t) for t in times if t == t and t is not None]  # NaN != NaN
+        last_any = log.last_record
         end, errors = log.end, log.errors
         error = errors[-1] if errors else None
-        ended = end if isinstance(end, End) else last_any
+        ended_t = (end.t if isinstance(end, End) else getattr(last_any, "t", None))
         open_path = log.open_path or (end.open_path if isinstance(end, End) else None) or (error.path if error else None)
+        step = log.last_step
+        if not mine.empty:
+            last_step = mine["step"].max()
+            step = int(last_step) if last_step == last_step and (step is None or last_step > step) else step
         out[rank] = RankPosition(
-            rank=rank, host=host, step=getattr(last_any, "step", None), open_path=open_path,
-            last_progress_t=last_progress.t - shift if last_progress is not None else None,
-            ended_t=ended.t - shift if ended is not None else None,
+            rank=rank, host=host, step=step, open_path=open_path,
+            last_progress_t=max(times) if times else None,
+            ended_t=ended_t - shift if ended_t is not None else None,
             end_reason=str(end.reason) if isinstance(end, End) else None,
             end_signal=end.signal if isinstance(end, End) else None, error=error)
     return out
@@ -132,22 +138,18 @@ def timeout_ms(message: str) -> int | None:
 
 
 def phase_order(run: Evidence) -> dict[str, int]:
-    """Phase path -> its place in a step, in the order the ranks' phases first began in their steps."""
+    """Phase path -> its place in a step, in the order the phases first began."""
     order: dict[str, int] = {}
-    for _, log in sorted((run.run.ranks if run.run else {}).items()):
-        for rec in log.current_attempt:
-            if isinstance(rec, PhaseBegin) and rec.path not in order:
-                order[rec.path] = len(order)
+    for path in run.phases.sort_values("begin_t")["path"]:
+        order.setdefault(str(path), len(order))
     return order
 
 
 def completed(run: Evidence, rank: int, path: str, step: int | None) -> bool:
     """True when `rank` ended phase `path` of `step` normally (it went past where another rank waits)."""
-    log = (run.run.ranks if run.run else {}).get(rank)
-    if log is None:
-        return False
-    return any(isinstance(rec, PhaseEnd) and rec.path == path and rec.step == step and not rec.error
-               for rec in log.current_attempt)
+    p = run.phases
+    done = p[(p["rank"] == rank) & (p["path"] == path) & (p["step"] == step) & p["duration_s"].notna()]
+    return bool((done["error"].isna() | (done["error"] == "")).any())
 
 
 def position_key(step: int | None, path: str | None, order: dict[str, int]) -> tuple[int, int]:

@@ -37,6 +37,7 @@ from grpo_doctor.logs.pytraceback import HEADER
 KEYWORDS = (
     "emory",  # CUDA/HIP OOM, the kernel's and Ray's OOM reports, vLLM's memory lines
     "atchdog",  # NCCL watchdog: timeout, status, heartbeat
+    "NCCL work", "Heartbeat monitor",  # status lines without "watchdog" ("Timeout at NCCL work: 5, ..."), the monitor
     "NCCL WARN", "NCCL error",
     "Traceback", 'File "',  # a traceback, or a paste that starts inside one
     "ocket", "joined", "endezvous",  # c10d sockets, DistStoreError's clients, torchrun's rendezvous
@@ -83,7 +84,7 @@ def detect(text: str) -> list[tuple[str, dict[str, Any]]]:
     memory = "emory" in text
     if memory and oom.is_cuda_oom(text):
         found.append((CUDA_OOM, oom.parse_cuda_oom(text)))
-    if "NCCL" in text or "atchdog" in text:
+    if "NCCL" in text or "atchdog" in text or "Heartbeat monitor" in text:
         found.extend((kind, parse(text)) for kind, parse in _NCCL_PARSERS)
     if any(word in text for word in rendezvous.KEYWORDS):
         found.append((RENDEZVOUS_FAILURE, rendezvous.parse_rendezvous(text)))

@@ -35,11 +35,12 @@ _PG_TAG = re.compile(
 )
 _WORK = re.compile(r"WorkNCCL\((?P<body>(?:[^()]|\(ms\))*)\)(?:\s+ran for (?P<ran>\d+) milliseconds)?")
 _STATUS_SEQ = re.compile(r"(?:work sequence id:|detected by watchdog at work:|Timeout at NCCL work:)\s*(-?\d+)")
-_ENQUEUED = re.compile(r"last enqueued (?:NCCL )?work:\s*(-?\d+)")
+_ENQUEUED = re.compile(r"[Ll]ast enqueued (?:NCCL )?work:\s*(-?\d+)")
 _STARTED = re.compile(r"last started (?:NCCL )?work:\s*(-?\d+)")
-_COMPLETED = re.compile(r"last completed (?:NCCL )?work:\s*(-?\d+)")
+_COMPLETED = re.compile(r"[Ll]ast completed (?:NCCL )?work:\s*(-?\d+)")
 _STUCK = re.compile(r"watchdog got stuck for (\d+) seconds")
-_TERMINATING = "Terminating the process after attempting to dump debug info"
+_TERMINATING = ("Terminating the process after attempting to dump debug info", "Heartbeat monitor timed out")
+_DUMP_SIGNAL = "dump signal due to a collective timeout"
 _ERROR = re.compile(
     r"NCCL error(?: in: (?P<file>[^\s,]+?):(?P<line>\d+))?[,:] (?P<detail>.+?)"
     r"(?: \(run with NCCL_DEBUG=\w+ for details\))?(?:, NCCL [vV]ersion (?P<version>[\w.+-]+)|[.;]|\s*$| ncclR| nccl\w+Error)"
@@ -87,13 +88,15 @@ def parse_watchdog_timeout(text: str) -> dict[str, Any] | None:
 
 
 def parse_watchdog_status(text: str) -> dict[str, Any] | None:
-    if "last enqueued" not in text:
+    if "ast enqueued" not in text:
         return None
     seq, enqueued = _STATUS_SEQ.search(text), _ENQUEUED.search(text)
-    if seq is None or enqueued is None:
+    # A rank told to dump by another's timeout ("Received a dump signal due to a collective timeout
+    # ... Last enqueued NCCL work: 23, ...") states its counts but no sequence number.
+    if enqueued is None or (seq is None and _DUMP_SIGNAL not in text):
         return None
     started, completed = _STARTED.search(text), _COMPLETED.search(text)
-    return {"seq": int(seq.group(1)), "last_enqueued": int(enqueued.group(1)),
+    return {"seq": int(seq.group(1)) if seq else None, "last_enqueued": int(enqueued.group(1)),
             "last_started": int(started.group(1)) if started else None,
             "last_completed": int(completed.group(1)) if completed else None, **parse_pg_tag(text)}
 
@@ -101,7 +104,7 @@ def parse_watchdog_status(text: str) -> dict[str, Any] | None:
 def parse_watchdog_stuck(text: str) -> dict[str, Any] | None:
     """The heartbeat monitor: "watchdog got stuck for N seconds", or its last word before the abort,
     "Terminating the process after attempting to dump debug info, due to ProcessGroupNCCL watchdog hang"."""
-    if _TERMINATING in text:
+    if any(words in text for words in _TERMINATING):
         return {"stuck_s": None, "terminated": True, **parse_pg_tag(text)}
     m = _STUCK.search(text) if "got stuck" in text else None
     return {"stuck_s": int(m.group(1)), "terminated": False, **parse_pg_tag(text)} if m else None

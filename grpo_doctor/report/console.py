@@ -68,6 +68,8 @@ def _no_findings_lines(findings_file: Any) -> list[str]:
     else:
         lines = ["no findings: nothing known to go wrong was seen"]
     lines += [f"read: {row.text}" for row in cov.inputs]
+    if cov.checked:
+        lines.append(f"checked: {', '.join(cov.checked)}")
     if cov.not_checked:
         lines.append(f"not checked (no evidence reached them): {', '.join(cov.not_checked)}")
     return lines

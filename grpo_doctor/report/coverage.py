@@ -4,15 +4,15 @@
 an unknown format must not read as a healthy run. The terminal (console.py) and the page
 (render.py) both say it with these lines. Standard library only (watch imports it).
 
-FindingsFile gains `inputs` (per input: path, recognised, lines_read, rows_used, unmatched_lines)
-and `not_checked` (areas such as "hangs", "memory"); they are read with getattr and defaults, so
-a findings file written before they existed renders as before.
+FindingsFile's `inputs` (per input: path, recognised, lines_read, rows_used, unmatched_lines,
+areas; analysis/coverage.py) and `not_checked` (areas such as "hangs", "memory") are read with
+getattr and defaults, so any object shaped like a findings file renders.
 
 Typical use:
     cov = coverage(findings_file)
     for row in cov.inputs:
         print(row.text)          # "node0.log: nothing recognised (120 lines read)"
-    print(cov.not_checked)       # ("hangs", "memory")
+    print(cov.checked, cov.not_checked)   # ("crashes", "rollouts") ("hangs", "memory")
 """
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ class InputRow:
     lines_read: int | None
     rows_used: int | None
     unmatched_lines: int | None
+    areas: tuple[str, ...] = ()  # what this input let grpo-doctor check: "crashes", "hangs", ...
 
     @property
     def text(self) -> str:
@@ -45,6 +46,11 @@ class InputRow:
 class Coverage:
     inputs: tuple[InputRow, ...]
     not_checked: tuple[str, ...]
+
+    @property
+    def checked(self) -> tuple[str, ...]:
+        """The areas some input reached, in the order the inputs name them."""
+        return tuple(dict.fromkeys(area for row in self.inputs for area in row.areas))
 
     @property
     def nothing_recognised(self) -> bool:
@@ -70,7 +76,8 @@ def _input_row(item: Any) -> InputRow:
     data = dict(item)
     return InputRow(path=str(data.get("path", "")), recognised=_recognised_text(data.get("recognised")),
                     lines_read=data.get("lines_read"), rows_used=data.get("rows_used"),
-                    unmatched_lines=data.get("unmatched_lines"))
+                    unmatched_lines=data.get("unmatched_lines"),
+                    areas=tuple(str(a) for a in data.get("areas") or ()))
 
 
 def _recognised_text(value: Any) -> str:

@@ -39,7 +39,7 @@ def render_html(evidence: Evidence, findings: FindingsFile) -> str:
     return env.get_template("report.html.j2").render(
         run_paths=[str(p) for p in findings.run], generated=time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         version=__version__, verdict=verdict(findings, cov), blocks=blocks, warnings=list(findings.warnings),
-        inputs=[row.text for row in cov.inputs], not_checked=list(cov.not_checked),
+        inputs=[row.text for row in cov.inputs], checked=list(cov.checked), not_checked=list(cov.not_checked),
         ranks=sections.rank_rows(evidence),
         plots={"timeline": plots.phase_timeline(evidence), "memory": plots.memory_over_time(evidence),
                "metrics": plots.step_metrics(evidence)},

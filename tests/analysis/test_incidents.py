@@ -94,3 +94,25 @@ def test_of_two_crashes_of_their_own_the_one_torchrun_observed_first_is_the_root
     out = link_incidents([later, first, stopped])
     assert out[0].key == "rank-crash@5" and out[0].role == "root-cause"
     assert {f.key: f.caused_by for f in out if f.role == "consequence"} == {"rank-crash@0,1": "rank-crash@5"}
+
+
+def test_an_oom_explains_the_death_of_a_process_that_names_no_rank():
+    oom = Finding(id="cuda-oom", severity="critical", title="CUDA OOM on GPU 0")
+    actor = _crash([], exc_type="Ray actor died", message="The actor is dead because it was killed by `ray.kill`.")
+    out = link_incidents([actor, oom])
+    assert _roles(out) == [("cuda-oom", (), "root-cause", None), ("rank-crash", (), "consequence", "cuda-oom")]
+
+
+def test_an_nccl_error_leads_the_tasks_that_only_exited_with_code_1():
+    nccl = Finding(id="nccl-error", severity="critical", title="NCCL error: invalid argument",
+                   evidence={"detail": "invalid argument"})
+    exited = _crash(list(range(2, 16)), exitcode=1)
+    out = link_incidents([exited, nccl])
+    assert [(f.id, f.role) for f in out] == [("nccl-error", "root-cause"), ("rank-crash", "consequence")]
+
+
+def test_a_crash_with_exit_code_1_and_nothing_else_in_the_log_stays_the_root():
+    exited = _crash([3], exitcode=1)
+    stopped = _crash([0, 1, 2], signal="SIGTERM", exitcode=-15)
+    out = link_incidents([stopped, exited])
+    assert [(f.key, f.role) for f in out] == [("rank-crash@3", "root-cause"), ("rank-crash@0,1,2", "consequence")]

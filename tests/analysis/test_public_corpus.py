@@ -66,8 +66,9 @@ def test_corpus_labels_use_known_finding_ids_and_controls_expect_nothing():
         if label.get("lead") and label["lead"] not in label["expect"]:
             problems.append(f"{name}: lead {label['lead']} is not among expect")
         for fid, numbers in (label.get("evidence") or {}).items():
-            if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in numbers.values()):
-                problems.append(f"{name}: evidence of {fid} must be numbers")
+            flat = [x for v in numbers.values() for x in (v.values() if isinstance(v, dict) else [v])]
+            if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in flat):
+                problems.append(f"{name}: evidence of {fid} must be numbers (or {{rank: number}})")
     assert not problems, "\n".join(problems)
 
 
@@ -96,6 +97,11 @@ def test_scorer_judges_lead_ranks_evidence_and_controls():
     root = Finding(id="cuda-oom", severity="critical", title="oom", role="root-cause")
     effect = Finding(id="nccl-timeout", severity="critical", title="t", role="consequence", caused_by="cuda-oom")
     assert judge({"expect": ["cuda-oom"], "lead": "cuda-oom"}, [effect, root]) == ""
+    # per-rank evidence ({rank: seq}) matches a single number from the log
+    timeout = Finding(id="nccl-timeout", severity="critical", title="t", evidence={"last_completed": {0: 1579}})
+    assert judge({"expect": ["nccl-timeout"], "evidence": {"nccl-timeout": {"last_completed": 1579}}}, [timeout]) == ""
+    assert judge({"expect": ["nccl-timeout"], "evidence": {"nccl-timeout": {"last_completed": {"0": 1579}}}},
+                 [timeout]) == ""
 
 
 def test_public_corpus_is_diagnosed_right_at_least_95_percent(capsys):

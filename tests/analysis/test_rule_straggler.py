@@ -23,6 +23,8 @@ def test_the_rank_slow_in_a_phase_is_named_with_its_medians(tmp_path):
     assert (f.id, f.severity, f.ranks, f.phase, f.hosts) == ("straggler", "warning", (2,), "rollout", ("node-1",))
     assert f.evidence["phases"]["rollout"]["rank_median_s"] == 3.0
     assert f.evidence["phases"]["rollout"]["all_median_s"] == 1.0
+    assert straggler.HINT_NODES not in f.hints  # every node launched alike: no "same GPUs per node" advice
+    assert "num_infer_workers" not in " ".join(f.hints) and "--vllm_data_parallel_size" in f.hints[-1]
 
 
 def test_small_absolute_differences_are_not_stragglers(tmp_path):

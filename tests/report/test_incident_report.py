@@ -26,14 +26,6 @@ SIGTERM = Finding(id="rank-crash", severity="warning", title="rank(s) 1 ended (s
 STRAGGLER = Finding(id="straggler", severity="warning", title="rank 3 is a straggler in rollout", ranks=(3,))
 
 
-@dataclasses.dataclass(frozen=True)
-class CoveredFindingsFile(FindingsFile):
-    """FindingsFile with the `inputs` / `not_checked` fields the analysis adds (issue 11, item 4)."""
-
-    inputs: list = dataclasses.field(default_factory=list)
-    not_checked: list = dataclasses.field(default_factory=list)
-
-
 def _html(tmp_path, findings, warnings=()):
     run = write_hang_run(tmp_path)
     return render_html(load_evidence([run]), FindingsFile(run=[str(run)], findings=findings, warnings=list(warnings)))
@@ -92,24 +84,26 @@ def test_findings_without_a_role_render_as_before(tmp_path):
 
 def test_no_findings_says_what_was_read_and_what_was_not_checked(tmp_path):
     run = write_hang_run(tmp_path)
-    ff = CoveredFindingsFile(run=[str(run)], findings=[], warnings=[], not_checked=["memory", "rollouts"],
+    ff = FindingsFile(run=[str(run)], findings=[], warnings=[], not_checked=["memory", "rollouts"],
                              inputs=[{"path": "empty.log", "recognised": [], "lines_read": 0, "rows_used": 0,
                                       "unmatched_lines": 0},
                                      {"path": str(run), "recognised": ["rank event logs"], "lines_read": 90,
-                                      "rows_used": 88, "unmatched_lines": 2}])
+                                      "rows_used": 88, "unmatched_lines": 2, "areas": ["crashes", "hangs"]}])
     html = render_html(load_evidence([run]), ff)
     assert "Healthy as far as" not in html and "sev-unknown" in html
     assert "empty.log: nothing recognised (0 lines read" in html
     assert "rank event logs; 90 lines read, 88 records or metric rows used, 2 lines matched nothing" in html
     assert "Not checked</strong> (no evidence reached these areas): memory, rollouts" in html
+    assert "Checked</strong>: crashes, hangs" in html and '<div class="coverage"' in html  # shown, not folded
     text = format_findings(ff)
     assert text.splitlines()[0] == "no findings: nothing known to go wrong was seen"
     assert "read: empty.log: nothing recognised (0 lines read" in text
+    assert "checked: crashes, hangs" in text
     assert "not checked (no evidence reached them): memory, rollouts" in text
 
 
 def test_no_input_recognised_is_never_called_healthy():
-    ff = CoveredFindingsFile(run=["noise.txt"], findings=[], warnings=[], not_checked=["hangs", "crashes"],
+    ff = FindingsFile(run=["noise.txt"], findings=[], warnings=[], not_checked=["hangs", "crashes"],
                              inputs=[{"path": "noise.txt", "recognised": None, "lines_read": 12}])
     lines = format_findings(ff).splitlines()
     assert lines[0] == "no findings: nothing in the input was recognised, so nothing could be checked"

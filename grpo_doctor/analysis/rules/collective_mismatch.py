@@ -22,10 +22,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from grpo_doctor.analysis import remedies
+from grpo_doctor.analysis.collective_sites import SiteMismatch, mismatched_sites
 from grpo_doctor.analysis.findings import Finding
+from grpo_doctor.analysis.hang_stacks import hang_captures, main_frames
 from grpo_doctor.analysis.load import Evidence
+from grpo_doctor.analysis.rank_progress import collective_failures, rank_positions
 from grpo_doctor.logs.fr_match import Call, CollectiveMismatch, GroupMatch, match_dumps
 from grpo_doctor.rankset import format_ranks
+from grpo_doctor.stack_groups import collective_call
 
 ID = "collective-mismatch"
 
@@ -57,6 +61,17 @@ class Config:
 
 
 def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
+    found = list(_from_flight_recorder(run, cfg))
+    yield from found
+    if found:
+        return  # the dumps name the collectives exactly; stacks and tracebacks would only repeat them
+    for report in run.hangs:
+        yield from _from_stacks(run, report)
+    if not run.hangs:
+        yield from _from_tracebacks(run)
+
+
+def _from_flight_recorder(run: Evidence, cfg: Config) -> Iterator[Finding]:
     if not run.flight_dumps:
         return
     files = sorted(d.path for d in run.flight_dumps)
@@ -66,6 +81,63 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
             yield _mismatch_finding(run, cfg, group, files, host_of)
         if group.missing is not None:
             yield _missing_finding(run, group, files, host_of)
+
+
+def _from_stacks(run: Evidence, report: dict) -> Iterator[Finding]:
+    """watch's stacks at a hang: every rank waits in a collective, not all at the same call site."""
+    if report.get("culprits"):
+        return  # some rank is not in a collective at all: a hang, not a mismatch
+    captures = hang_captures(report)
+    calls = {c.rank: call for c in captures if (call := collective_call(main_frames(c))) is not None}
+    if len(calls) < 2 or len(calls) < len(captures):
+        return
+    info = {int(r): i for r, i in (report.get("ranks") or {}).items()}
+    where = {r: (i.get("step"), i.get("open_phase")) for r, i in info.items()}
+    found = mismatched_sites(run, calls, where)
+    if found is not None:
+        yield _sites_finding(run, found, calls, where, {"source": "stacks", "hang_file": report.get("file")})
+
+
+def _from_tracebacks(run: Evidence) -> Iterator[Finding]:
+    """The ranks' recorded exceptions: they timed out (or lost their peer) in collectives called from
+    different places."""
+    failures = collective_failures(run, rank_positions(run))
+    calls = {r: f.call for r, f in failures.items() if f.call is not None}
+    if len(calls) < 2:
+        return
+    where = {r: (f.step, f.path) for r, f in failures.items()}
+    found = mismatched_sites(run, calls, where)
+    if found is not None:
+        extra = {"source": "tracebacks",
+                 "errors": {r: f"{f.kind}: {f.message[:200]}" for r, f in sorted(failures.items()) if r in calls}}
+        yield _sites_finding(run, found, calls, where, extra)
+
+
+def _sites_finding(run: Evidence, found: SiteMismatch, calls: dict, where: dict, extra: dict) -> Finding:
+    odd = list(found.odd_ranks)
+    others = sorted(r for r in calls if r not in odd)
+
+    def at(rank: int) -> str:
+        step, path = where.get(rank, (None, None))
+        context = ", ".join(x for x in (path, f"step {step}" if step is not None else None) if x)
+        return f"{calls[rank].op} at {calls[rank].site}" + (f" ({context})" if context else "")
+
+    if found.decided_by == "tie":
+        title = ("ranks wait in different collectives: "
+                 + "; ".join(f"rank(s) {format_ranks(rs)}: {at(rs[0])}" for rs in found.sites.values()))
+    else:
+        title = (f"rank(s) {format_ranks(odd)} called {at(odd[0])}, a collective rank(s) {format_ranks(others)} "
+                 f"never joined: they wait in {at(others[0])}")
+    step, path = where.get(odd[0], (None, None))
+    return Finding(
+        id=ID, severity="critical", title=title, ranks=tuple(odd), hosts=_hosts(run, tuple(odd), {}),
+        step=step, phase=path,
+        evidence={**extra, "odd_ranks": odd, "decided_by": found.decided_by,
+                  "kinds": ["op"] if len({c.op for c in calls.values()}) > 1 else ["site"],
+                  "calls": {r: {**calls[r].to_dict(), "step": where.get(r, (None, None))[0],
+                                "phase": where.get(r, (None, None))[1]} for r in sorted(calls)}},
+        hints=(HINT_PATHS, *_launch(run), HINT_DATA),
+    )
 
 
 def _missing_finding(run: Evidence, group: GroupMatch, files: list[str], host_of: dict) -> Finding:

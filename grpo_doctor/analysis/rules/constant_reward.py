@@ -3,7 +3,8 @@
 A step's reward is constant when the std of the reward over all its completions is about 0. That
 std is read as `reward_std_batch` (TRL's and the reference trainer's `reward_std`), else as the
 largest per-function std `reward_func_std_max` (TRL's and ms-swift's `rewards/<func>/std`, both
-over all completions), else from the ranks' rollout records (every rank's own reward std 0 and
+over all completions), else as the batch's range `reward_range_batch` (verl's critic/score max - min),
+else from the ranks' rollout records (every rank's own reward std 0 and
 all ranks' means equal). ms-swift's own `reward_std` is the mean of group stds and cannot tell
 this, so it is not read here. Fires for at least `min_consecutive_steps` logged steps in a row.
 Critical when the value is also the same at every step of the run (a reward function that
@@ -14,7 +15,7 @@ any reward gives one value: `duplicate_rate` says so and the first hint points t
 
 Evidence keys: `source`, `first_step`, `last_step`, `num_steps`, `reward_value` (median reward
 over the run), `same_value_every_step` (bool), `std_metric` (the metric read: reward_std_batch,
-reward_func_std_max or rollout records), `duplicate_rate` (median over the run's steps of the share
+reward_func_std_max, reward_range_batch or rollout records), `duplicate_rate` (median over the run's steps of the share
 of completions identical to an earlier copy of the same prompt, on any rank; from rollout records
 or completion files; None when neither was recorded).
 """
@@ -87,7 +88,7 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
 
 
 def _constant_steps(run: Evidence, source: str, steps: pd.DataFrame, cfg: Config):
-    for name in ("reward_std_batch", "reward_func_std_max"):
+    for name in ("reward_std_batch", "reward_func_std_max", "reward_range_batch"):
         values = column(steps, name)
         if values is not None:
             return (values <= cfg.std_zero).reindex(steps.index, fill_value=False), name

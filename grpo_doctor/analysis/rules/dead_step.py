@@ -75,9 +75,12 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
         window = steps.loc[first:last]
         reasons = [name for name, flags in (("all groups zero-std", zero_std), ("every advantage 0", no_advantage),
                                             ("zero gradient and loss", no_grad)) if flags.loc[first:last].any()]
-        span = f"{num} steps in a row ({first}-{last})" if num > 1 else f"step {first}"
-        title = (f"no learning signal for {span}" if severity == "critical"
-                 else f"no learning signal in any logged step ({span}, all the log holds)")
+        if severity == "critical":
+            title = f"no learning signal for {num} steps in a row ({first}-{last})"
+        elif num == 1:
+            title = f"no learning signal at step {first}, the only step logged"
+        else:
+            title = f"no learning signal at any of the {num} steps logged ({first}-{last})"
         yield Finding(
             id=ID, severity=severity, title=f"{title}: {' + '.join(reasons)}",
             step=first,

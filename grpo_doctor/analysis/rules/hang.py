@@ -1,9 +1,19 @@
-"""`hang`: watch saw the job stop making progress (from supervisor/<host>/hang-N.json).
+"""`hang`: the job stopped making progress, and the rank(s) the others waited for.
 
-Evidence keys: `host`, `hang_file`, `culprits` (ranks the others wait for, from grouped stacks),
-`stuck_ranks` / `moving_ranks` (second look), `open_phases` ({rank: open phase path}),
-`steps` ({rank: last step}), `max_idle_s` (longest time without progress), `stack_groups`
-(one line per group of identical stacks), `stack_dirs`, `flight_recorder_files`.
+Two sources. watch's hang reports (supervisor/<host>/hang-N.json), made while the job hung, with
+every rank's stack. Without watch, the rank records alone: another rank raised a collective timeout
+(gloo's "Timed out waiting 20000ms", NCCL's watchdog) while this rank sat in an open phase without
+progress for (nearly) the whole timeout.
+
+Evidence keys: `source` ("watch" or "event-log"), `culprits` (ranks the others wait for),
+`open_phases` ({rank: open phase path}), `steps` ({rank: last step}), `max_idle_s` (longest time
+without progress). From watch also: `host`, `hang_file`, `odd_ranks` (ranks waiting in a different
+collective from the others: a desync), `stuck_ranks` / `moving_ranks` (second look), `stack_groups`
+(one line per group of identical stacks), `culprit_stacks` ({rank: ["function (file:line)", ...]}
+innermost first, grpo-doctor's own threads left out), `culprit_code` ({rank: {"in_user_code",
+"where", "user_frame"}}), `stack_dirs`, `flight_recorder_files`. From the rank records also:
+`waiting_ranks`, `idle_s` ({culprit: s}), `timeout_ms`, `waiting_calls` ({rank: {"op", "site", ...}}:
+the collective each waiting rank timed out in), `waiting_errors`, `ended` ({culprit: how it ended}).
 """
 from __future__ import annotations
 
@@ -11,8 +21,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from grpo_doctor.analysis import remedies
-from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.collective_sites import mismatched_sites
+from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.hang_stacks import culprit_evidence, hang_captures, main_frames
 from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.analysis.rank_progress import collective_failures, rank_positions

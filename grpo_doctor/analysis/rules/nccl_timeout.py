@@ -7,7 +7,17 @@ different numbers of collectives), usually because they took different code path
 
 Evidence keys: `seq` (lowest reported), `op`, `numel_in`, `numel_out`, `timeout_ms`, `ran_for_ms`
 (longest), `ranks` (reporting), `absent_ranks` (known but not reporting), `seqs` ({rank: seq}),
-`desync` (bool), `pg`, `last_completed` ({rank: last completed seq} from the watchdog status line).
+`desync` (bool), `pg` (the process group's id as NCCL prints it, an int, None when the message names
+none), `pg_desc` (its description, e.g. "default_pg", a str or None), `last_enqueued` /
+`last_completed` (the first reporting rank's own count from the watchdog status line: "Timeout at
+NCCL work: N, last enqueued NCCL work: M, last completed NCCL work: K"), `last_completed_by_rank`
+({rank: K}), `stuck_s` (the heartbeat monitor's "watchdog got stuck for N seconds").
+
+A status line alone ("Timeout at NCCL work: ...", "Received a dump signal due to a collective
+timeout ...") is a timeout report too. When only the heartbeat monitor spoke ("ProcessGroupNCCL's
+watchdog got stuck for N seconds", "Heartbeat monitor timed out!", "Terminating the process after
+attempting to dump debug info ..."), the finding names the ranks it stopped; evidence `stuck_s`,
+`ranks`, `pg`, `pg_desc`, `terminated`.
 """
 from __future__ import annotations
 
@@ -17,7 +27,7 @@ from dataclasses import dataclass
 from grpo_doctor.analysis import remedies
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.load import Evidence
-from grpo_doctor.logs.kinds import NCCL_TIMEOUT, NCCL_WATCHDOG_STATUS
+from grpo_doctor.logs.kinds import NCCL_TIMEOUT, NCCL_WATCHDOG_STATUS, NCCL_WATCHDOG_STUCK
 from grpo_doctor.rankset import format_ranks
 
 ID = "nccl-timeout"
@@ -32,7 +42,11 @@ HINT_LAUNCH = remedies.LAUNCH_IDENTICAL  # only where the evidence shows setting
 HINT_FR = remedies.FLIGHT_RECORDER + " to get flight-recorder dumps naming the missing rank and mismatched collectives."
 HINT_TIMEOUT = ("If one rank legitimately works longer than the timeout (vLLM generation, evaluation or checkpoint "
                 "saving on rank 0), raise the timeout above that wait; " + remedies.COLLECTIVE_TIMEOUTS + ".")
-HINTS = (HINT_ABSENT, HINT_DESYNC, HINT_LAUNCH, HINT_FR, HINT_TIMEOUT)
+HINT_STUCK = ("The watchdog thread itself was blocked (a CUDA or NCCL call that never returned, or a thread holding "
+              "the GIL inside one), so the heartbeat monitor aborted the process: take py-spy stacks of the ranks "
+              "while stuck (`grpo-doctor watch` does) to see the blocking call; TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC "
+              "only delays the abort.")
+HINTS = (HINT_ABSENT, HINT_DESYNC, HINT_LAUNCH, HINT_FR, HINT_TIMEOUT, HINT_STUCK)
 
 
 def timeout_hint(timeout_ms: int | None) -> str:
@@ -46,29 +60,41 @@ class Config:
 
 
 def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
-    by_pg: dict[object, dict[int, dict]] = {}
+    by_pg: dict[tuple, dict[int | None, dict]] = {}  # (pg id, pg description) -> rank -> its timeout report
+    status: dict[int | None, dict] = {}  # rank -> its watchdog status line
+    stuck: dict[int | None, dict] = {}  # rank -> its heartbeat monitor's line
     for row in run.signature_rows:
-        if row["kind"] == NCCL_TIMEOUT:
-            f = row["fields"]
-            rank = row["rank"] if row["rank"] is not None else f.get("rank")
-            by_pg.setdefault(f.get("pg_desc") or f.get("pg"), {}).setdefault(rank, f)
-    last_completed = {row["rank"]: row["fields"].get("last_completed") for row in run.signature_rows
-                      if row["kind"] == NCCL_WATCHDOG_STATUS and row["rank"] is not None}
-    for pg, reports in by_pg.items():
+        kind, f = row["kind"], row["fields"]
+        rank = row["rank"] if row["rank"] is not None else f.get("rank")
+        if kind == NCCL_TIMEOUT:
+            by_pg.setdefault(_pg_key(f), {}).setdefault(rank, f)
+        elif kind == NCCL_WATCHDOG_STATUS:
+            status.setdefault(rank, f)
+        elif kind == NCCL_WATCHDOG_STUCK and (rank not in stuck or f.get("stuck_s") is not None):
+            stuck[rank] = f
+    if not by_pg:  # "Timeout at NCCL work: N, ...", a dump signal's status: a timeout without its WorkNCCL line
+        for rank, f in status.items():
+            by_pg.setdefault(_pg_key(f), {}).setdefault(rank, f)
+    if not by_pg and stuck:
+        yield _stuck_finding(run, stuck)
+    for (pg, pg_desc), reports in by_pg.items():
         reporting = sorted(r for r in reports if r is not None)
         seqs = {r: f.get("seq") for r, f in reports.items() if r is not None}
         desync = len(set(seqs.values())) > 1
-        first = reports[min(seqs, key=lambda r: seqs[r] or 0)] if seqs else next(iter(reports.values()))
-        absent = sorted(run.known_ranks - set(reporting)) if pg in (None, "default_pg", 0) else []
+        first_rank = min(seqs, key=lambda r: seqs[r] or 0) if seqs else next(iter(reports))
+        first = reports[first_rank]
+        absent = sorted(run.known_ranks - set(reporting)) if pg in (None, 0) or pg_desc == "default_pg" else []
         ran_for = [f.get("ran_for_ms") for f in reports.values() if f.get("ran_for_ms") is not None]
         op = first.get("op")
+        own = status.get(first_rank) or next((status[r] for r in reports if r in status), None) or {}
         if desync:
             title = (f"NCCL timeout with desynchronised ranks: sequence numbers "
                      f"{', '.join(f'rank {r}: {s}' for r, s in sorted(seqs.items()))}")
             launch = (HINT_LAUNCH,) if remedies.launch_settings_differ(run) else ()
             hints = (HINT_DESYNC, *launch, HINT_FR, timeout_hint(first.get("timeout_ms")))
         else:
-            title = f"NCCL {op} #{first.get('seq')} timed out on rank(s) {format_ranks(reporting) or '?'}"
+            what = f"NCCL {op or 'collective'}" + (f" #{first.get('seq')}" if first.get("seq") is not None else "")
+            title = f"{what} timed out on rank(s) {format_ranks(reporting) or '?'}"
             if absent:
                 title += f"; rank(s) {format_ranks(absent)} never joined it"
             hints = ((HINT_ABSENT,) if absent else ()) + (HINT_FR, timeout_hint(first.get("timeout_ms")))
@@ -79,7 +105,30 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
             evidence={"seq": first.get("seq"), "op": op, "numel_in": first.get("numel_in"),
                       "numel_out": first.get("numel_out"), "timeout_ms": first.get("timeout_ms"),
                       "ran_for_ms": max(ran_for) if ran_for else None, "ranks": reporting, "absent_ranks": absent,
-                      "seqs": seqs, "desync": desync, "pg": pg,
-                      "last_completed": {r: c for r, c in last_completed.items() if r in reports}},
+                      "seqs": seqs, "desync": desync, "pg": pg, "pg_desc": pg_desc,
+                      "last_enqueued": own.get("last_enqueued"), "last_completed": own.get("last_completed"),
+                      "last_completed_by_rank": {r: f.get("last_completed") for r, f in status.items()
+                                                 if r in reports and r is not None},
+                      "stuck_s": max((f["stuck_s"] for f in stuck.values() if f.get("stuck_s")), default=None)},
             hints=hints,
         )
+
+
+def _pg_key(fields: dict) -> tuple[int | None, str | None]:
+    return fields.get("pg"), fields.get("pg_desc")
+
+
+def _stuck_finding(run: Evidence, stuck: dict[int | None, dict]) -> Finding:
+    """Only the heartbeat monitor spoke: the watchdog thread itself was blocked (in a CUDA / NCCL
+    call, or behind the GIL) and the process is aborted after trying to dump its debug info."""
+    ranks = sorted(r for r in stuck if r is not None)
+    seconds = max((f["stuck_s"] for f in stuck.values() if f.get("stuck_s")), default=None)
+    first = stuck[ranks[0]] if ranks else next(iter(stuck.values()))
+    title = ("NCCL watchdog stuck" + (f" for {seconds} s" if seconds else "") + " on rank(s) "
+             + (format_ranks(ranks) or "?") + ": the heartbeat monitor aborts the process")
+    hosts = sorted({h for h in map(run.host_of, ranks) if h})
+    return Finding(id=ID, severity="critical", title=title, ranks=tuple(ranks), hosts=tuple(hosts), step=None,
+                   phase=None, evidence={"stuck_s": seconds, "ranks": ranks, "pg": first.get("pg"),
+                                         "pg_desc": first.get("pg_desc"),
+                                         "terminated": any(f.get("terminated") for f in stuck.values())},
+                   hints=(HINT_STUCK, HINT_FR))

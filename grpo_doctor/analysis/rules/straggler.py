@@ -12,20 +12,23 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from grpo_doctor.analysis import remedies
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.analysis.probe_evidence import probe_findings
 
 ID = "straggler"
 
-HINTS = (
-    "Give every node the same number of GPUs (NPROC_PER_NODE equal everywhere); an odd node makes its ranks "
-    "stragglers.",
-    "Check the slow rank's GPU (nvidia-smi -q -d CLOCK,PERFORMANCE: throttling, other processes on it) and its "
-    "host (CPU, dataloader_num_workers).",
-    "A slow rollout phase: raise vllm_gpu_memory_utilization (0.85-0.9) where memory allows, or add inference "
-    "workers (num_infer_workers); a slow data phase: more dataloader_num_workers.",
-)
+HINT_NODES = ("Launch settings differ between nodes: give every node the same number of GPUs (NPROC_PER_NODE and "
+              "CUDA_VISIBLE_DEVICES equal everywhere); an odd node makes its ranks stragglers.")
+HINT_GPU = ("Check the slow rank's GPU (nvidia-smi -q -d CLOCK,PERFORMANCE: throttling, other processes on it) and its "
+            "host (CPU, dataloader_num_workers).")
+HINT_PHASES = ("A slow rollout phase: give vLLM more memory where it has room (server mode 0.85-0.9; colocated, from "
+               "the framework's default: " + remedies.vllm_shares() + ") or more engines in server mode ("
+               + remedies.flags(remedies.TRL_SERVE, "data_parallel_size") + ", "
+               + remedies.flags(remedies.SWIFT_ROLLOUT, "vllm_data_parallel_size")
+               + "); a slow data phase: more dataloader_num_workers.")
+HINTS = (HINT_NODES, HINT_GPU, HINT_PHASES)
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,8 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
                 slow.setdefault(int(rank), {})[str(path)] = {
                     "rank_median_s": round(med, 3), "all_median_s": round(overall, 3),
                     "ratio": round(med / overall, 2) if overall else None, "num_samples": int(row["count"])}
+    # "same GPUs on every node" only where the evidence shows the nodes' launches differ
+    hints = ((HINT_NODES,) if remedies.launch_settings_differ(run) else ()) + (HINT_GPU, HINT_PHASES)
     for rank, phases in sorted(slow.items()):
         worst = max(phases, key=lambda p: phases[p]["rank_median_s"] - phases[p]["all_median_s"])
         w = phases[worst]
@@ -63,5 +68,5 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
             title=f"rank {rank} is a straggler in {worst}: median {w['rank_median_s']:.2f} s vs "
                   f"{w['all_median_s']:.2f} s for all ranks",
             ranks=(rank,), hosts=(host,) if host else (), step=None, phase=worst,
-            evidence={"phases": phases}, hints=HINTS,
+            evidence={"phases": phases}, hints=hints,
         )
