@@ -14,8 +14,8 @@ progress bar redrawn with "\\r" in the same line. A verl line that a terminal or
 (`critic` / `/rewards/min:-1.0 - ...`) is joined again. Values: numbers, nan / inf (Python), NaN / Infinity
 (JSON), numpy reprs (`np.float64(0.5)`); quoted strings stay strings; anything else is skipped.
 
-Cheap on big logs: each chunk of the file (logs.lines.iter_chunks) is searched for marker bytes first, and only
-the lines holding one are decoded and parsed.
+Cheap on big logs: each chunk of the file (logs.lines.iter_chunks) is searched for marker bytes (bytes.find),
+and only the lines holding one are decoded and parsed.
 
 Typical use:
     for log in read_console_metrics(Path("train.log")):
@@ -53,10 +53,14 @@ def read_console_metrics(path: Path, max_bytes: int | None = None) -> list[Metri
     """One MetricLog per format whose metric lines `path` holds (none: an empty list)."""
     reader = _Reader()
     for chunk in iter_chunks(path, max_bytes):
-        if reader.pending is None and not any(marker in chunk for marker in MARKERS):
-            continue
-        for raw in chunk.split(b"\n"):
-            reader.feed(raw)
+        done = 0  # bytes of the chunk already fed
+        if reader.pending is not None:  # a verl line that ended the last chunk may go on in this one
+            done = _feed_following(reader, chunk, 0)
+        for start in _marked_line_starts(chunk):
+            if start >= done:
+                end = _line_end(chunk, start)
+                reader.feed(chunk[start:end])
+                done = _feed_following(reader, chunk, end + 1) if reader.pending is not None else end + 1
     reader.flush()
     logs = []
     for framework, entries in reader.rows.items():
@@ -65,6 +69,33 @@ def read_console_metrics(path: Path, max_bytes: int | None = None) -> list[Metri
         if log.steps:
             logs.append(log)
     return logs
+
+
+def _marked_line_starts(chunk: bytes) -> list[int]:
+    """Where the lines holding a marker start, in order: found by bytes.find, so that the lines without
+    one (nearly all of a big log) never reach Python code."""
+    starts = set()
+    for marker in MARKERS:
+        at = chunk.find(marker)
+        while at >= 0:
+            start = chunk.rfind(b"\n", 0, at) + 1
+            starts.add(start)
+            at = chunk.find(marker, _line_end(chunk, start))
+    return sorted(starts)
+
+
+def _line_end(chunk: bytes, start: int) -> int:
+    end = chunk.find(b"\n", start)
+    return len(chunk) if end < 0 else end
+
+
+def _feed_following(reader: _Reader, chunk: bytes, start: int) -> int:
+    """Feeds the lines from `start` while a verl line may be continued by them; where feeding stopped."""
+    while reader.pending is not None and start < len(chunk):
+        end = _line_end(chunk, start)
+        reader.feed(chunk[start:end])
+        start = end + 1
+    return start
 
 
 def parse_value(text: str) -> Any:
@@ -111,8 +142,9 @@ class _Reader:
         for segment in raw.decode("utf-8", "replace").split("\r"):  # a progress bar redrawn in the same line
             if (start := _VERL_START.search(segment)) is not None:
                 self.pending = segment[start.start():].rstrip()
-            elif "{" in segment:
-                self._add_dict(segment)
+            elif (pair := _PAIR.search(segment)) is not None:
+                brace = segment.rfind("{", 0, pair.start())
+                self._add_dict(segment, brace if brace >= 0 else pair.start())
 
     def flush(self) -> None:
         if self.pending is None:
@@ -128,8 +160,8 @@ class _Reader:
         if any(not key.startswith(("val-", "val/")) for key in entry):  # not a validation-only line
             self.rows.setdefault(VERL, []).append({**entry, "step": int(start.group(1))})
 
-    def _add_dict(self, segment: str) -> None:
-        brace = segment.index("{")
+    def _add_dict(self, segment: str, brace: int) -> None:
+        """A printed dict starting at `brace` (its "{", or its first pair where a paste lost the brace)."""
         entry = dict_pairs(segment[brace:])
         if not _TRAINING_KEYS.intersection(entry) or any(key.startswith("eval_") for key in entry):
             return

@@ -213,7 +213,10 @@ def _load_supervisor(ev: Evidence, supervisor: Path) -> None:
         if (host_dir / "samples.jsonl").is_file():
             _read_samples(ev, host_dir / "samples.jsonl", host)
         sig_file = host_dir / "signatures.jsonl"
-        if sig_file.is_file():
+        # watch keeps up to a few samples per (kind, rank) and may leave output unscanned when the job
+        # outran it (summary.json says so): then the saved output is scanned here in full.
+        scanned_live = ev.summaries.get(host, {}).get("live_scan_complete", True) is not False
+        if sig_file.is_file() and scanned_live:
             _add_signatures(ev, _read_signatures(ev, sig_file), source=str(sig_file), host=host)
         else:  # watch died before writing its signatures: scan what it saved of the output
             for name in ("stdout.log", "stderr.log"):

@@ -55,7 +55,8 @@ def crashes_from_logs(rows: list[dict[str, Any]]) -> tuple[dict[int, dict[str, A
             continue
         rank, local = f.get("rank"), False
         if rank is None:
-            if f.get("origin") != "agent" or f.get("local_rank") is None or f.get("pid") in summary_pids:
+            if (f.get("origin") not in ("agent", "deepspeed") or f.get("local_rank") is None
+                    or (f.get("pid") is not None and f.get("pid") in summary_pids)):
                 continue
             rank, local = f["local_rank"], True
         entry = by_rank.setdefault(int(rank), {"phase": None, "step": None, "source": row["source"]})
@@ -66,6 +67,13 @@ def crashes_from_logs(rows: list[dict[str, Any]]) -> tuple[dict[int, dict[str, A
         entry.setdefault("pid", f.get("pid"))
         if local:
             entry.setdefault("rank_is_local", True)
+    if not any(row["kind"] == CHILD_FAILED for row in rows):
+        # torchrun's own traceback ending in ChildFailedError, its summary cut off before any entry
+        launcher = next((row for row in rows if row["kind"] == PYTHON_TRACEBACK
+                         and (row["fields"].get("exc_type") or "").endswith(_LAUNCHER_EXCEPTIONS)), None)
+        if launcher is not None:
+            unranked.append({"exc_type": "ChildFailedError", "message": launcher["text"][:500], "phase": None,
+                             "step": None, "source": launcher["source"], "component": "launcher"})
     for rank, entry in by_rank.items():
         _explain_exit(entry, tracebacks.get(rank) or (tracebacks.get(None) if len(by_rank) == 1 else None))
     return by_rank, unranked
@@ -94,5 +102,5 @@ def _explain_exit(entry: dict[str, Any], exception: str | None) -> None:
 
 
 def _component_name(f: dict[str, Any]) -> str:
-    return {"vllm-engine": "vLLM engine died", "vllm-worker": "vLLM worker died",
+    return {"launcher": "torchrun reported a failed worker", "vllm-engine": "vLLM engine died", "vllm-worker": "vLLM worker died", "process": "process died",
             "ray-actor": "Ray actor died"}.get(f.get("component") or "", "process died")

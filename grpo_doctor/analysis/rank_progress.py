@@ -137,23 +137,8 @@ def timeout_ms(message: str) -> int | None:
     return int(found.group(1)) * 1000 if found else None
 
 
-def phase_order(run: Evidence) -> dict[str, int]:
-    """Phase path -> its place in a step, in the order the phases first began."""
-    order: dict[str, int] = {}
-    for path in run.phases.sort_values("begin_t")["path"]:
-        order.setdefault(str(path), len(order))
-    return order
-
-
 def completed(run: Evidence, rank: int, path: str, step: int | None) -> bool:
     """True when `rank` ended phase `path` of `step` normally (it went past where another rank waits)."""
     p = run.phases
     done = p[(p["rank"] == rank) & (p["path"] == path) & (p["step"] == step) & p["duration_s"].notna()]
     return bool((done["error"].isna() | (done["error"] == "")).any())
-
-
-def position_key(step: int | None, path: str | None, order: dict[str, int]) -> tuple[int, int]:
-    """How far a rank got: (step, place of its open phase in the step); compares ranks of one job."""
-    top = (path or "").split("/", 1)[0]
-    place = order.get(path or "", order.get(top, len(order)))
-    return (step if step is not None else -1, place)

@@ -54,10 +54,12 @@ FLAGS: dict[str, dict[str, str]] = {
         "mask_truncated_completions": "mask_truncated_completions=True",
         "max_completion_length": "max_completion_length",
         "generation_kwargs": "generation_kwargs",
+        "gradient_accumulation_steps": "gradient_accumulation_steps",
         "dataloader_drop_last": "dataloader_drop_last=True",
         "logging_nan_inf_filter": "logging_nan_inf_filter=False",
     },
     TRL_SERVE: {
+        "model": "--model",
         "gpu_memory_utilization": "--gpu_memory_utilization",
         "max_model_len": "--max_model_len",
         "tensor_parallel_size": "--tensor_parallel_size",
@@ -81,9 +83,11 @@ FLAGS: dict[str, dict[str, str]] = {
         "max_resample_times": "--max_resample_times 3",
         "overlong_filter": "--overlong_filter true",
         "rollout_importance_sampling_mode": "--rollout_importance_sampling_mode",
+        "max_completion_length": "--max_completion_length",
         "dataloader_drop_last": "--dataloader_drop_last true",
     },
     SWIFT_ROLLOUT: {
+        "model": "--model",
         "vllm_data_parallel_size": "--vllm_data_parallel_size 2",
         "vllm_gpu_memory_utilization": "--vllm_gpu_memory_utilization",
         "vllm_max_model_len": "--vllm_max_model_len",
@@ -100,10 +104,14 @@ FLAGS: dict[str, dict[str, str]] = {
         "actor_rollout_ref.actor.entropy_coeff": "actor_rollout_ref.actor.entropy_coeff",
         "actor_rollout_ref.actor.clip_ratio_high": "actor_rollout_ref.actor.clip_ratio_high=0.28",
         "actor_rollout_ref.actor.use_kl_loss": "actor_rollout_ref.actor.use_kl_loss=True",
+        "actor_rollout_ref.actor.kl_loss_coef": "actor_rollout_ref.actor.kl_loss_coef",
         "actor_rollout_ref.actor.ppo_epochs": "actor_rollout_ref.actor.ppo_epochs",
+        "actor_rollout_ref.actor.ppo_mini_batch_size": "actor_rollout_ref.actor.ppo_mini_batch_size",
+        "data.train_batch_size": "data.train_batch_size",
         # DAPO recipe only (python -m recipe.dapo.main_dapo); verl's main trainer ignores them.
         "algorithm.filter_groups.enable": "algorithm.filter_groups.enable=True",
         "data.gen_batch_size": "data.gen_batch_size",
+        "data.max_response_length": "data.max_response_length",
     },
     OPENRLHF: {
         "dynamic_filtering": "--dynamic_filtering",
@@ -111,7 +119,9 @@ FLAGS: dict[str, dict[str, str]] = {
     },
     TORCHRUN: {
         "nnodes": "--nnodes",
+        "master-addr": "--master-addr",
         "master-port": "--master-port",
+        "rdzv-backend": "--rdzv-backend c10d",
         "rdzv-endpoint": "--rdzv-endpoint host:port",
         "rdzv-conf timeout": "--rdzv-conf timeout=1800",
         "rdzv-conf join_timeout": "--rdzv-conf join_timeout=1800",
@@ -135,6 +145,7 @@ VLLM_RANGES: dict[str, str] = {TRL: "vllm>=0.22.0,<=0.31.0"}
 OTHER_TOOLS: dict[str, tuple[str, ...]] = {
     "docker": ("--shm-size", "--ipc", "--memory", "--ulimit"),
     "Slurm": ("--mem",),
+    "compute-sanitizer": ("--tool",),
 }
 
 
@@ -166,12 +177,23 @@ def vllm_shares() -> str:
             f"{VERL} {default(VERL, 'actor_rollout_ref.rollout.gpu_memory_utilization')}")
 
 
-def launch_settings_differ(run: Any) -> bool:
-    """True when the evidence shows launch settings that differ between hosts (what `config-mismatch`
-    reports): only then do hints tell the user to make every node's launch identical."""
+def launch_differences(run: Any) -> set[str]:
+    """The launch settings the evidence shows differing between hosts (what `config-mismatch` reports:
+    rank headers' settings by name, "probe" for a difference `grpo-doctor probe` found)."""
     from grpo_doctor.analysis.rules import config_mismatch  # late: the rules import this module
 
-    return any(True for _ in config_mismatch.check(run, config_mismatch.Config()))
+    found: set[str] = set()
+    try:
+        for finding in config_mismatch.check(run, config_mismatch.Config()):
+            found |= set(finding.evidence.get("differences") or {}) or {"probe"}
+    except Exception:  # noqa: BLE001 - a hint choice must never cost the finding it belongs to
+        return set()  # config-mismatch's own failure is reported by run_rules
+    return found
+
+
+def launch_settings_differ(run: Any) -> bool:
+    """Only then do hints tell the user to make every node's launch identical."""
+    return bool(launch_differences(run))
 
 
 _PARAM_OFFLOAD = "actor_rollout_ref.actor.fsdp_config.param_offload"
@@ -229,3 +251,11 @@ LAUNCH_IDENTICAL = (
     "Launch settings differ between nodes (see the config-mismatch finding), so ranks can take different code paths "
     "and wait in different collectives: make NNODES, NPROC_PER_NODE, MASTER_ADDR, MASTER_PORT, CUDA_VISIBLE_DEVICES "
     "and use_vllm / vllm_mode identical on every node (only NODE_RANK differs), exported from one shared script.")
+
+DYNAMIC_SAMPLING = (
+    f"drop zero-variance groups and sample more (DAPO dynamic sampling): {flags(SWIFT, 'dynamic_sample', 'max_resample_times')}; "
+    f"{flags(OPENRLHF, 'dynamic_filtering', 'dynamic_filtering_reward_range')}; verl only in its DAPO recipe "
+    f"(python -m recipe.dapo.main_dapo with {flag(VERL, 'algorithm.filter_groups.enable')} and "
+    f"{flag(VERL, 'data.gen_batch_size')} larger than {flag(VERL, 'data.train_batch_size')}: verl's main trainer "
+    "ignores filter_groups); TRL has no online filter: filter the prompts by pass rate offline (sample each a few "
+    "times with the starting policy, keep those it neither always nor never solves)")

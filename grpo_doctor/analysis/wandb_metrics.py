@@ -38,7 +38,10 @@ def read_wandb_export(path: Path, head: str) -> list[MetricLog]:
         if '"_step"' not in head:
             return []
         return _logs(path, "wandb-json", _json_runs(path))
-    header = next(csv.reader([first_line]), [])
+    try:
+        header = next(csv.reader([first_line.rstrip("\r")]), [])
+    except csv.Error:  # text with a stray carriage return: no CSV
+        return []
     if "_step" in header or (header[:1] == ["Step"] and any(" - " in c for c in header[1:])):
         return _logs(path, "wandb-csv", _csv_runs(path))
     return []

@@ -36,7 +36,8 @@ def parse_cluster_oom(text: str) -> dict[str, Any] | None:
         return {"source": "slurm", "num_killed": int(m.group(1)), "step": m.group(2), "cgroup": True}
     m = _SRUN.search(text) if "srun: error" in text else None
     if m and m.group(3).startswith("Out Of Memory"):
-        return {"source": "slurm", "node_ip": m.group(1), "task": m.group(2), "cgroup": True}
+        return {"source": "slurm", "process": f"srun task {m.group(2)} on {m.group(1)}", "task": m.group(2),
+                "cgroup": True}
     if "OOMKilled" in text:
         return {"source": "kubernetes", "cgroup": True, "process": None}
     return None

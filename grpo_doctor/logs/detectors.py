@@ -43,6 +43,7 @@ KEYWORDS = (
     "ocket", "joined", "endezvous",  # c10d sockets, DistStoreError's clients, torchrun's rendezvous
     "TCP client", "DistNetworkError", "DistStoreError",  # TCPStore's retries; store errors without a socket word
     "exitcode", "      : ", "Root Cause",  # torchrun's agent line, ChildFailedError fields and root cause
+    "exits with return code",  # DeepSpeed's launcher
     "Killed process",  # older kernels put the OOM killer's numbers on their own line
     *vllm.KEYWORDS,
     "waitForInput",  # a c10d store read that timed out ("Socket Timeout" has "ocket")
@@ -90,6 +91,8 @@ def detect(text: str) -> list[tuple[str, dict[str, Any]]]:
         found.append((RENDEZVOUS_FAILURE, rendezvous.parse_rendezvous(text)))
     if "exitcode" in text:
         found.append((CHILD_FAILED, torchrun.parse_agent_line(text)))
+    if "exits with return code" in text:
+        found.append((CHILD_FAILED, torchrun.parse_deepspeed_line(text)))
     if "Killed process" in text:
         found.append((HOST_OOM, oom.parse_kernel_oom(text)))
     if memory and oom.RAY_OOM_START in text:
@@ -99,9 +102,9 @@ def detect(text: str) -> list[tuple[str, dict[str, Any]]]:
     if any(word in text for word in cluster.KEYWORDS):
         found.append((HOST_OOM, cluster.parse_cluster_oom(text)))
         found.append((CHILD_FAILED, cluster.parse_srun_task(text)))
-    if "CUDA error" in text:
+    if "CUDA error" in text or "thread: [" in text:
         found.append((CUDA_FAULT, faults.parse_cuda_fault(text)))
-    if any(word in text for word in faults.KEYWORDS[1:]) or "EngineDeadError" in text:
+    if any(word in text for word in faults.KEYWORDS[1:]):
         found.append((WORKER_DIED, faults.parse_worker_died(text)))
     if memory or any(word in text for word in vllm.KEYWORDS):
         found.append((VLLM_MEMORY, vllm.parse_vllm_memory(text)))

@@ -56,7 +56,8 @@ FIELDS: dict[str, tuple[str, ...]] = {
     RENDEZVOUS_FAILURE: ("error_type", "host", "port", "errno", "reason", "timeout_s", "joined", "expected"),
     # origin: "summary" (the ChildFailedError block), "agent" (the launcher's own "failed
     # (exitcode: ...)" line; both report the same failure, same pid) or "srun" (Slurm's
-    # "srun: error: HOST: task N: ..."; rank is the task id). root_cause: None for agent lines.
+    # "srun: error: HOST: task N: ..."; rank is the task id) or "deepspeed" (its launcher's
+    # "[...'--local_rank=4', ...] exits with return code = 1"). root_cause: None for agent lines.
     CHILD_FAILED: ("origin", "rank", "local_rank", "host", "exitcode", "pid", "signal", "root_cause", "time",
                    "error_file", "traceback", "script", "binary"),
     # source: "kernel" (OOM killer; cgroup says whether a memory cgroup's limit was hit), "ray"
@@ -74,8 +75,9 @@ FIELDS: dict[str, tuple[str, ...]] = {
     # A CUDA fault outside NCCL: error is CUDA's text ("an illegal memory access was encountered").
     CUDA_FAULT: ("error", "exc_type", "device_side_assert"),
     # component: "vllm-engine" (EngineCore fatal error / EngineDeadError, also wrapped in Ray),
-    # "vllm-worker" ("Worker proc X died unexpectedly") or "ray-actor" (ActorDiedError, "Worker
-    # exit type"); pid / ip / actor_name / class_name as Ray prints them.
+    # "vllm-worker" ("Worker proc X died unexpectedly"), "ray-actor" (ActorDiedError, "Worker
+    # exit type") or "process" (a fatal signal: "Fatal Python error: Aborted", "*** SIGABRT received
+    # at time=..."; exc_type the signal); pid / ip / actor_name / class_name as Ray prints them.
     WORKER_DIED: ("component", "exc_type", "message", "class_name", "actor_name", "pid", "ip", "exit_type",
                   "exit_detail"),
     VLLM_MEMORY: ("kv_cache_bytes", "weights_bytes", "activation_peak_bytes", "non_torch_bytes", "peak_torch_bytes",

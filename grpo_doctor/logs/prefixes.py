@@ -5,7 +5,7 @@ a CloudWatch column (`  | 2024-08-23T22:22:58.879Z | `), a Slurm `srun -l` task 
 a Ray actor tag (`(WorkerDict pid=123) `, vLLM's `(VllmWorker rank=1 pid=254) `), torchrun's rank
 tag (`[rank3]: `, or `[default0]:` from `--tee`), a c10 / glog header
 (`[E1218 10:01:02.123456 123 ProcessGroupNCCL.cpp:629] `), a vLLM header
-(`INFO 12-23 23:34:23 [gpu_worker.py:298] `), timestamps, kernel uptimes, user line counters
+(`INFO 12-23 23:34:23 [gpu_worker.py:298] `), accelerate's `stderr: `, timestamps, kernel uptimes, user line counters
 (`[80746] `) and ANSI colour codes. `split_prefix` removes them all and says which rank and which
 stream (`source`) the line came from; the indentation after the last prefix is kept, because a
 traceback's frames are told apart from its exception line by indentation.
@@ -54,13 +54,14 @@ _LETTER = re.compile(
     r"|" + _LEVEL + r" +(?:\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? +)?\[?[\w./-]+\.py:\d+\] ?"  # vLLM
     r"|" + _LEVEL + r":[\w.]*:"  # Python logging's default format
     r"|" + _LEVEL + r" - "
+    r"|std(?:err|out): "  # accelerate's subprocess output ("stderr: Traceback ...")
     r"|(?P<time>[A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d )(?=[\w.-]+ [\w./-]+(?:\[\d+\])?: )"  # syslog
 )
 # Only right after a timestamp: a logger name or a host name, which could start any message.
 _AFTER_TIME = re.compile(r"[\w.]+: \[" + _LEVEL + r"\] ?|[\w.-]+ (?:kernel|[\w./-]+\[\d+\]): ")
 _BY_FIRST = {"[": _BRACKET, "(": _PAREN, "|": _PIPE, **{d: _DIGIT for d in "0123456789"}}
 # How a _LETTER prefix begins: a glog letter + digit is checked apart, the rest are these words.
-_LETTER_WORDS = ("DEBUG", "INFO", "WARN", "ERROR", "CRITICAL", "FATAL", "Jan ", "Feb ", "Mar ", "Apr ", "May ",
+_LETTER_WORDS = ("DEBUG", "INFO", "WARN", "ERROR", "CRITICAL", "FATAL", "stderr: ", "stdout: ", "Jan ", "Feb ", "Mar ", "Apr ", "May ",
                  "Jun ", "Jul ", "Aug ", "Sep ", "Oct ", "Nov ", "Dec ")
 _RAY_RANK = re.compile(r"\brank=(\d+)")
 _RANK_ANYWHERE = re.compile(r"\[rank\d+\]:")

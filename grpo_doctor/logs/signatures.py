@@ -134,6 +134,8 @@ class LineScanner:
                 hit = hits.next_from(pos)
                 if hit == size:
                     self._index += chunk.count(b"\n", pos) + (not chunk.endswith(b"\n"))
+                    if pos < size:  # the next chunk's first line may continue this one's last
+                        self._previous = line_at(chunk, chunk.rfind(b"\n", 0, size - 1) + 1)[0]
                     return
                 line_start = max(pos, chunk.rfind(b"\n", pos, hit) + 1)
                 skipped = chunk.count(b"\n", pos, line_start)

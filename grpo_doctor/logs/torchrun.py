@@ -76,6 +76,21 @@ def split_collapsed(text: str) -> list[str]:
     return [p for p in pieces if p] + ["-----"]  # the collapsed entry ends with its line
 
 
+# DeepSpeed's launcher: "[launch.py:321:sigkill_handler] ['python', '-u', 'train.py', '--local_rank=4', ...]
+# exits with return code = 1": the local rank is in the command line it prints.
+_DEEPSPEED = re.compile(r"exits with return code = (-?\d+)")
+_DEEPSPEED_RANK = re.compile(r"--local_rank=(\d+)")
+
+
+def parse_deepspeed_line(text: str) -> dict[str, Any] | None:
+    m = _DEEPSPEED.search(text) if "sigkill_handler" in text or "--local_rank=" in text else None
+    if m is None:
+        return None
+    exitcode, rank = int(m.group(1)), _DEEPSPEED_RANK.search(text)
+    return {"origin": "deepspeed", "exitcode": exitcode, "local_rank": int(rank.group(1)) if rank else None,
+            "signal": signal_name(exitcode), "root_cause": None}
+
+
 def parse_agent_line(text: str) -> dict[str, Any] | None:
     """The agent's `failed (exitcode: -9) local_rank: 3 (pid: 4242) of binary: /usr/bin/python` (see _AGENT)."""
     m = _AGENT.search(text)

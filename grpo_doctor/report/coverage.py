@@ -38,7 +38,8 @@ class InputRow:
             _count(self.rows_used, "record or metric row used", "records or metric rows used"),
             _count(self.unmatched_lines, "line matched nothing", "lines matched nothing")) if part)
         if not self.recognised:
-            return f"{self.path}: nothing recognised" + (f" ({counts})" if counts else "")
+            read = _count(self.lines_read, "line read", "lines read")
+            return f"{self.path}: nothing recognised" + (f" ({read})" if read else "")
         return f"{self.path}: {self.recognised}" + (f"; {counts}" if counts else "")
 
 

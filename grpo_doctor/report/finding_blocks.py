@@ -19,7 +19,7 @@ from grpo_doctor.report.coverage import Coverage
 from grpo_doctor.report.incident_groups import FindingGroup, group_findings
 from grpo_doctor.report.sections import evidence_items
 
-STACK_KEYS = ("culprit_frames", "stack_groups")  # evidence shown as the culprit's stack, not in the table
+STACK_KEYS = ("culprit_stacks", "culprit_code", "culprit_frames", "stack_groups", "waiting_calls")  # evidence shown as the culprit's stack, not in the table
 MAX_TRACEBACK_LINES = 30
 MAX_SUMMARY_TITLES = 2
 MAX_SUMMARY_TITLE_CHARS = 120
@@ -28,7 +28,7 @@ MAX_SUMMARY_TITLE_CHARS = 120
 def finding_blocks(findings: FindingsFile, ev: Evidence) -> list[dict[str, Any]]:
     blocks = []
     for group in group_findings(list(findings.findings)):
-        stack = culprit_stack(group.lead, ev) if group.is_incident else {}
+        stack = culprit_stack(group.lead, ev, group.consequences) if group.is_incident else {}
         hidden = STACK_KEYS if stack else ()
         blocks.append({"root": group.is_incident, "lead": _card(group.lead, hidden),
                        "stack": stack, "summary": consequence_summary(group),
@@ -40,14 +40,16 @@ def verdict(findings: FindingsFile, cov: Coverage) -> dict[str, Any]:
     counts = {s: sum(f.severity == s for f in findings.findings) for s in SEVERITIES}
     groups = group_findings(list(findings.findings))
     if not groups:
+        none = {"counts": counts, "root": False, "num_consequences": 0}
         if cov.nothing_recognised:
-            return {"severity": "unknown", "counts": counts, "root": False, "num_consequences": 0,
-                    "headline": "Nothing in the input was recognised, so nothing could be checked."}
+            return {**none, "severity": "unknown", "headline": "Nothing in the input was recognised, so nothing "
+                    "could be checked.", "empty_text": "No findings: nothing in the input was recognised."}
         if not cov.complete:
-            return {"severity": "unknown", "counts": counts, "root": False, "num_consequences": 0,
-                    "headline": "No findings in what could be checked; some of it could not be."}
-        return {"severity": "ok", "counts": counts, "root": False, "num_consequences": 0,
-                "headline": "No known failure was found in this run."}
+            return {**none, "severity": "unknown", "headline": "No findings in what could be checked; some of it "
+                    "could not be.", "empty_text": "No findings in what could be checked (below: what was read and "
+                    "what could not be checked)."}
+        return {**none, "severity": "ok", "headline": "No known failure was found in this run.",
+                "empty_text": "No findings: nothing grpo-doctor knows to go wrong was seen."}
     top = groups[0]
     worst = min(SEVERITIES.index(f.severity) for f in findings.findings)
     return {"severity": SEVERITIES[worst], "counts": counts, "headline": top.lead.title, "root": top.is_incident,
@@ -64,21 +66,51 @@ def consequence_summary(group: FindingGroup) -> str:
     return f"{n} consequence{'s' if n > 1 else ''}: " + "; ".join(titles) + more
 
 
-def culprit_stack(f: Finding, ev: Evidence) -> dict[str, Any]:
-    """What the root cause's rank was doing: `frames` (the culprit's own frames, from the hang
-    rule's `culprit_frames`), `groups` (one line per group of identical stacks) and, for a rank
-    that raised, `traceback` (the tail of its last error's traceback); {} when none is known."""
-    frames = [str(x) for x in f.evidence.get("culprit_frames") or []]
-    groups = [str(x) for x in f.evidence.get("stack_groups") or []]
+def culprit_stack(f: Finding, ev: Evidence, consequences: tuple[Finding, ...] = ()) -> dict[str, Any]:
+    """What the root cause's rank(s) were doing, from the finding's evidence (the hang rule's
+    `culprit_stacks` {rank: frames innermost first} with `culprit_code`, or a flat `culprit_frames`;
+    `stack_groups`, one line per group of identical stacks; `waiting_calls`, where the others
+    waited) and, for a rank that raised, the end of its last traceback; {} when none is known.
+    Keys: `ranks`, `stacks` ([{"rank", "where", "frames"}]), `groups`, `waiting`, `traceback`.
+    A root with no stacks of its own (a rank that died after watch captured it hanging) borrows them
+    from the first of its consequences that has some about the same rank(s)."""
+    evidence = f.evidence
+    if not any(evidence.get(k) for k in STACK_KEYS):
+        evidence = next((c.evidence for c in consequences if set(c.ranks) & set(f.ranks)
+                         and any(c.evidence.get(k) for k in STACK_KEYS)), evidence)
+    code = {str(r): c for r, c in (evidence.get("culprit_code") or {}).items() if isinstance(c, dict)}
+    stacks = [{"rank": str(r), "where": _where(code.get(str(r))), "frames": [str(x) for x in frames]}
+              for r, frames in (evidence.get("culprit_stacks") or {}).items() if frames]
+    if evidence.get("culprit_frames"):
+        stacks.append({"rank": format_ranks(f.ranks), "where": "",
+                       "frames": [str(x) for x in evidence["culprit_frames"]]})
+    groups = [str(x) for x in evidence.get("stack_groups") or []]
+    waiting = [f"rank {r}: {_call_text(call)}" for r, call in (evidence.get("waiting_calls") or {}).items() if call]
     traceback: list[str] = []
     rank = f.ranks[0] if len(f.ranks) == 1 else None
-    if not frames and rank is not None and ev.run is not None and rank in ev.run.ranks:
+    if not stacks and rank is not None and ev.run is not None and rank in ev.run.ranks:
         errors = [e for e in ev.run.ranks[rank].errors if e.traceback]
         if errors:
             traceback = errors[-1].traceback.rstrip("\n").splitlines()[-MAX_TRACEBACK_LINES:]
-    if not (frames or groups or traceback):
+    if not (stacks or groups or waiting or traceback):
         return {}
-    return {"ranks": format_ranks(f.ranks), "frames": frames, "groups": groups, "traceback": traceback}
+    return {"ranks": format_ranks(f.ranks), "stacks": stacks, "groups": groups, "waiting": waiting,
+            "traceback": traceback}
+
+
+def _where(code: dict[str, Any] | None) -> str:
+    if not code:
+        return ""
+    where = str(code.get("where") or code.get("user_frame") or "")
+    return f"in user code: {where}" if code.get("in_user_code") and where else where
+
+
+def _call_text(call: Any) -> str:
+    if not isinstance(call, dict):
+        return str(call)
+    frame = call.get("op_frame") or call.get("op") or ""
+    caller = call.get("caller") or call.get("site") or ""
+    return f"{frame} <- {caller}" if frame and caller and caller not in frame else str(frame or caller)
 
 
 def _card(f: Finding, hidden_keys: tuple[str, ...] = ()) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from matplotlib.collections import PolyCollection  # noqa: E402
 from matplotlib.ticker import FixedLocator, FuncFormatter, MaxNLocator  # noqa: E402
 
 from grpo_doctor.analysis.load import Evidence  # noqa: E402
-from grpo_doctor.report.time_cut import TimeCut, find_cut  # noqa: E402
+from grpo_doctor.report.time_cut import TimeCut, duration_text, find_cut  # noqa: E402
 
 # Names from the run (phases, metrics) go into labels: "$" must never start mathtext there.
 plt.rcParams["text.parse_math"] = False
@@ -90,7 +90,7 @@ def _timeline_note(top: pd.DataFrame, shown: pd.DataFrame, cut: TimeCut | None) 
         first, last = int(all_steps.min()), int(shown_steps.min()) - 1
         parts.append(f"steps {first}-{last} are not drawn" if last > first else f"step {first} is not drawn")
     if cut is not None:
-        parts.append(f"{_duration_text(cut.hidden_s)} in which no rank began or ended a phase are cut out "
+        parts.append(f"{duration_text(cut.hidden_s)} in which no rank began or ended a phase are cut out "
                      "of the time axis at the zigzag mark")
     return ("Cut: " + "; ".join(parts) + ".") if parts else ""
 
@@ -155,7 +155,7 @@ def _label_bars(ax, x0, x1, row, duration_s, phase, is_open, crossing) -> list[t
     char_px = LABEL_POINTS * 0.6 * DPI / 72
     labels = []
     for i in np.flatnonzero(is_open | crossing):
-        text = f"{phase[i]} ({'open ' if is_open[i] else ''}{_duration_text(duration_s[i])})"
+        text = f"{phase[i]} ({'open ' if is_open[i] else ''}{duration_text(duration_s[i])})"
         fits = (x1[i] - x0[i]) * px_per_s > (len(text) + 2) * char_px
         pad = 4 / px_per_s
         ax.text(x0[i] + pad if fits else x0[i] - pad, row[i], text, ha="left" if fits else "right", va="center",
@@ -176,7 +176,7 @@ def _mark_cut(ax, cut: TimeCut, x_max: float) -> None:
     ax.fill_betweenx(ys, x - half + zig, x + half + zig, color="white", zorder=4, linewidth=0)
     for side in (-half, half):
         ax.plot(x + side + zig, ys, color="#555", linewidth=0.8, zorder=4)
-    ax.annotate(f"{_duration_text(cut.hidden_s)} cut", (x, 1.0), xycoords=("data", "axes fraction"),
+    ax.annotate(f"{duration_text(cut.hidden_s)} cut", (x, 1.0), xycoords=("data", "axes fraction"),
                 xytext=(0, 3), textcoords="offset points", ha="center", va="bottom", fontsize=8, color="#555")
     # Left of the cut the usual ticks; right of it one tick, the end, which says how long it all took.
     left = [t for t in MaxNLocator(nbins=6).tick_values(0.0, cut.from_s) if 0.0 <= t <= cut.from_s - 2 * half]
@@ -188,12 +188,6 @@ def _tick_text(seconds: float) -> str:
     if abs(seconds) >= 100:
         return f"{seconds:.0f}"
     return f"{seconds:g}" if seconds == round(seconds, 2) else f"{seconds:.1f}"
-
-
-def _duration_text(seconds: float) -> str:
-    if seconds >= 120:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds:.0f} s" if seconds >= 10 else f"{seconds:.1f} s"
 
 
 def _boxes(ax, x0: np.ndarray, x1: np.ndarray, row: np.ndarray, **style) -> None:

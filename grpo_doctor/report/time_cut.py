@@ -59,3 +59,10 @@ def find_cut(event_times_s: np.ndarray, end_s: float) -> TimeCut | None:
     if gap - 2 * kept <= 0:
         return None
     return TimeCut(from_s=begin + kept, to_s=end - kept, at_end=end >= end_s - 0.1 * gap)
+
+
+def duration_text(seconds: float) -> str:
+    """"0.4 s", "20 s", "31 min": as precise as a label on a bar needs."""
+    if seconds >= 120:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds:.0f} s" if seconds >= 10 else f"{seconds:.1f} s"

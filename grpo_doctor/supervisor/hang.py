@@ -47,6 +47,9 @@ class HangReport:
     ptrace_denied: bool = False
     flight_recorder_files: list[str] = field(default_factory=list)
     gpus: list[dict[str, Any]] = field(default_factory=list)
+    # rank -> its main thread at the second look (ThreadStack.to_dict), for the rules to read
+    # without the capture files (the run directory may have moved).
+    stacks: dict[int, dict[str, Any]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -55,7 +58,7 @@ class HangReport:
             "culprits": self.culprits, "odd_ranks": self.odd, "stack_dirs": self.stack_dirs,
             "stack_errors": {str(k): v for k, v in self.stack_errors.items()},
             "ptrace_denied": self.ptrace_denied, "flight_recorder_files": self.flight_recorder_files,
-            "gpus": self.gpus,
+            "gpus": self.gpus, "stacks": {str(k): v for k, v in sorted(self.stacks.items())},
         }
 
     def lines(self) -> list[str]:
@@ -126,4 +129,5 @@ def investigate(
         ptrace_denied=ptrace_denied(second),
         flight_recorder_files=sorted(str(p.name) for p in fr_dir.glob("*"))[:MAX_FR_FILES_LISTED] if fr_dir.is_dir() else [],
         gpus=gpus or [],
+        stacks={c.rank: main.to_dict() for c in second if c.ok and (main := c.main_thread()) is not None},
     )

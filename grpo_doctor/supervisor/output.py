@@ -2,11 +2,13 @@
 
 One thread per stream reads raw chunks from the pipe: the bytes reach the terminal as the job
 wrote them (progress bars' carriage returns included) and are appended to the run directory.
-Lines are cut at `MAX_LINE_BYTES` for the scanner only, so gigabytes of output, or one
-enormous line, cost bounded memory.
+The scanner gets runs of whole lines as bytes (`on_lines`), not a call per line: it searches
+them for its keywords at memchr speed and decodes only the lines near a hit, so the job's output
+flows at the job's own rate. A line longer than `MAX_LINE_BYTES` reaches the scanner cut there,
+so gigabytes of output, or one enormous line, cost bounded memory.
 
 Typical use:
-    tee = OutputTee(proc.stdout, sys.stdout.buffer, run_dir / "stdout.log", on_line=scan, write=console.write)
+    tee = OutputTee(proc.stdout, run_dir / "stdout.log", write=console.write, on_lines=scan_chunk)
     tee.start(); ...; tee.join(timeout_s=5)
 """
 from __future__ import annotations
@@ -32,14 +34,14 @@ class OutputTee:
         log_path: Path,
         *,
         write: Callable[[bytes], None],
-        on_line: Callable[[str], None],
+        on_lines: Callable[[bytes], None],
     ) -> None:
         self._fd = source.fileno()
         self._source = source
         self._log_path = log_path
         self._write = write
-        self._on_line = on_line
-        self._partial = bytearray()
+        self._on_lines = on_lines
+        self._partial = bytearray()  # the start of a line whose end has not arrived yet
         self.num_bytes = 0
         self._thread = threading.Thread(target=self._run, name=f"grpo-doctor-tee-{log_path.stem}", daemon=True)
 
@@ -85,23 +87,36 @@ class OutputTee:
                 pass  # a full disk must not stop the job's output from reaching the terminal
             self._split(chunk)
         if self._partial:
-            self._emit(bytes(self._partial))
+            self._emit(bytes(self._partial[:MAX_LINE_BYTES]) + b"\n")
         self._source.close()
 
     def _split(self, chunk: bytes) -> None:
-        start = 0
-        while (end := chunk.find(b"\n", start)) >= 0:
-            self._partial += chunk[start:end]
-            self._emit(bytes(self._partial))
+        """Hands the whole lines that `chunk` completes to the scanner; keeps the unfinished tail."""
+        end = chunk.rfind(b"\n")
+        if end < 0:
+            self._partial += chunk
+            if len(self._partial) > MAX_LINE_BYTES:  # one enormous line: the scanner gets its start
+                self._emit(bytes(self._partial[:MAX_LINE_BYTES]) + b"\n")
+                self._partial.clear()
+            return
+        if self._partial:
+            first = chunk.find(b"\n")
+            self._partial += chunk[: first + 1]
+            self._emit(_cut_long(bytes(self._partial)))
             self._partial.clear()
-            start = end + 1
-        self._partial += chunk[start:]
-        if len(self._partial) > MAX_LINE_BYTES:
-            self._emit(bytes(self._partial[:MAX_LINE_BYTES]))
-            self._partial.clear()
+            chunk_lines = chunk[first + 1 : end + 1]
+        else:
+            chunk_lines = chunk[: end + 1]
+        if chunk_lines:
+            self._emit(chunk_lines)
+        self._partial += chunk[end + 1 :]
 
-    def _emit(self, line: bytes) -> None:
+    def _emit(self, lines: bytes) -> None:
         try:
-            self._on_line(line[:MAX_LINE_BYTES].decode("utf-8", errors="replace").rstrip("\r"))
+            self._on_lines(lines)
         except Exception:  # a scanner bug must not stop the output
             pass
+
+
+def _cut_long(line: bytes) -> bytes:
+    return line if len(line) <= MAX_LINE_BYTES else line[:MAX_LINE_BYTES] + b"\n"

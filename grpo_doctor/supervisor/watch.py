@@ -24,13 +24,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from grpo_doctor._version import __version__
-from grpo_doctor.logs.signatures import LineScanner, Signature
 from grpo_doctor.schema import RunPaths
 from grpo_doctor.supervisor.childenv import child_environment
 from grpo_doctor.supervisor.console import Console
 from grpo_doctor.supervisor.discovery import discover_ranks, is_alive
 from grpo_doctor.supervisor.hang import HangReport, investigate
 from grpo_doctor.supervisor.launch import ProcessTree, describe_exit
+from grpo_doctor.supervisor.live_scan import LiveScan
 from grpo_doctor.supervisor.output import OutputTee
 from grpo_doctor.supervisor.progress import HangPolicy, ProgressTracker
 from grpo_doctor.supervisor.sampler import Sampler, shows_work
@@ -39,7 +39,8 @@ from grpo_doctor.supervisor.seeds import SeedCheck
 HANG_EXIT = 124  # the job hung and watch ended it (--on-hang kill), as timeout(1) reports
 LOOP_S = 0.5  # event-log poll; a stall is judged in seconds, so this costs little latency
 DISCOVER_EVERY_S = 1.0
-NOTED_KINDS = ("cuda-oom", "nccl-timeout", "nccl-error", "rendezvous-failure", "child-failed", "host-oom", "python-traceback")
+PIPE_BYTES = 2**20  # the job's output pipes: 20 ms of output at 50 MB/s, so a busy watch thread never stalls it
+SWITCH_INTERVAL_S = 0.0005  # the tee threads get the GIL back from the scanner within this
 
 
 @dataclass(frozen=True)
@@ -64,10 +65,7 @@ class Watch:
         self.console = console or Console(sys.stderr.isatty())
         self.tracker = ProgressTracker(self.paths, opts.policy)
         self.seeds = SeedCheck()
-        self.scanner = LineScanner()
-        self._scan_lock = threading.Lock()
-        self.signatures: list[Signature] = []
-        self._noted: set[tuple[str, int | None]] = set()
+        self.live_scan = LiveScan(self.sup_dir / "signatures.jsonl", write=self._record_write, note=self.console.note)
         self.rank_pids: dict[int, int] = {}
         self.gone: dict[int, str] = {}
         self.hangs: list[HangReport] = []
@@ -77,7 +75,6 @@ class Watch:
         self._reported_stall: tuple | None = None
         self._internal_errors: set[type] = set()
         self._write_errors: set[int | None] = set()  # errnos already said
-        self._ending = False  # after watch itself signals the job, its tracebacks are our doing
 
     # -- main loop ------------------------------------------------------------------------
 
@@ -89,11 +86,15 @@ class Watch:
         self._record_write("run.json", lambda: self._write_run_json(added))
         self.tree = ProcessTree.start(self.opts.command, env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         self.console.note(f"watching pid {self.tree.pid}; run directory {self.paths.root}")
+        for pipe in (self.tree.proc.stdout, self.tree.proc.stderr):
+            _widen_pipe(pipe.fileno())
+        sys.setswitchinterval(SWITCH_INTERVAL_S)
+        self.live_scan.start()
         tees = [
             OutputTee(self.tree.proc.stdout, self.sup_dir / "stdout.log",
-                      write=lambda b: self._child_output("stdout", b), on_line=self._scan),
+                      write=lambda b: self._child_output("stdout", b), on_lines=self.live_scan.submit),
             OutputTee(self.tree.proc.stderr, self.sup_dir / "stderr.log",
-                      write=lambda b: self._child_output("stderr", b), on_line=self._scan),
+                      write=lambda b: self._child_output("stderr", b), on_lines=self.live_scan.submit),
         ]
         for tee in tees:
             tee.start()
@@ -119,7 +120,7 @@ class Watch:
                         self._investigate()
                         if self.opts.on_hang == "kill":
                             self.console.note("ending the job (--on-hang kill)")
-                            self._ending = True
+                            self.live_scan.end_of_job()  # its tracebacks now are our doing: not noted
                             self.tree.end(self.opts.grace_s)
                             hang_ended = True
                             status = self.tree.wait(1.0)
@@ -132,8 +133,7 @@ class Watch:
             for tee in tees:
                 tee.join(timeout_s=5.0)
             self.sampler.stop(timeout_s=2.0)
-            with self._scan_lock:
-                self._record_signatures(self.scanner.close())
+            self.live_scan.stop(timeout_s=10.0)
             self.tracker.poll(time.monotonic())
             self.console.close()
         exit_status = HANG_EXIT if hang_ended else _shell_status(status)
@@ -172,27 +172,6 @@ class Watch:
     def _child_output(self, stream: str, data: bytes) -> None:
         self._last_output_mono = time.monotonic()
         self.console.write_child(stream, data)
-
-    def _scan(self, line: str) -> None:
-        with self._scan_lock:
-            self._record_signatures(self.scanner.feed(line))
-
-    def _record_signatures(self, found: list[Signature]) -> None:
-        if not found:
-            return
-        self.signatures.extend(found)
-        self._record_write("signatures.jsonl", lambda: self._append_signatures(found))
-        for sig in found:
-            key = (sig.kind, sig.rank)
-            if sig.kind in NOTED_KINDS and key not in self._noted and not self._ending:
-                self._noted.add(key)
-                who = f"rank {sig.rank}: " if sig.rank is not None else ""
-                self.console.note(f"seen {sig.kind}: {who}{sig.text.strip()[:200]}")
-
-    def _append_signatures(self, found: list[Signature]) -> None:
-        with (self.sup_dir / "signatures.jsonl").open("a") as f:
-            for sig in found:
-                f.write(json.dumps(sig.to_dict(), default=str) + "\n")
 
     def _discover(self) -> None:
         self.tree.reap_orphans()
@@ -282,7 +261,7 @@ class Watch:
         else:
             self.console.note(f"{signal.Signals(signum).name}: ending every process of the job")
             self.tree.forward(signum)
-        self._ending = True
+        self.live_scan.end_of_job()
         threading.Thread(target=self.tree.end, args=(self.opts.grace_s,), daemon=True).start()
 
     # -- records ----------------------------------------------------------------------------
@@ -318,7 +297,9 @@ class Watch:
             "host": self.host, "end_t": time.time(), "command_status": status, "exit_status": exit_status,
             "command_result": describe_exit(status), "hang_ended_by_watch": hang_ended,
             "num_hangs": len(self.hangs), "ranks": ranks,
-            "signatures": _count_kinds(self.signatures), "bad_event_lines": self.tracker.num_bad_lines,
+            "signatures": dict(self.live_scan.counts), "bad_event_lines": self.tracker.num_bad_lines,
+            # False: part of the output was not scanned live; `report` scans the saved output instead.
+            "live_scan_complete": self.live_scan.complete, "live_scan_skipped_bytes": self.live_scan.skipped_bytes,
         }
         summary_file = self.sup_dir / "summary.json"
         self._record_write(summary_file.name, lambda: summary_file.write_text(json.dumps(summary, indent=2, default=str)))
@@ -327,16 +308,19 @@ class Watch:
             if info["gone"] or info["error"] or info["ended"] not in ("exit", "shutdown"):
                 state = info["gone"] or info["error"] or info["ended"] or "no end record"
                 self.console.note(f"  rank {rank}: {state}; last phase {info['open_phase'] or '-'}, step {info['step']}")
-        for kind, count in _count_kinds(self.signatures).items():
+        for kind, count in self.live_scan.counts.items():
             self.console.note(f"  seen in the output: {kind} x{count}")
+        if not self.live_scan.complete:
+            self.console.note(f"  {self.live_scan.skipped_bytes} bytes of output were not scanned live (the job "
+                              "outran the scanner); the report scans the saved output")
         self.console.note(f"run directory: {self.paths.root}")
 
 
-def _count_kinds(signatures: list[Signature]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for sig in signatures:
-        counts[sig.kind] = counts.get(sig.kind, 0) + 1
-    return counts
+def _widen_pipe(fd: int) -> None:
+    try:
+        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+    except (OSError, AttributeError):  # above /proc/sys/fs/pipe-max-size for a user, or not Linux
+        pass
 
 
 def _shell_status(status: int | None) -> int:

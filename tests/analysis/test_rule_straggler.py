@@ -27,10 +27,41 @@ def test_the_rank_slow_in_a_phase_is_named_with_its_medians(tmp_path):
     assert "num_infer_workers" not in " ".join(f.hints) and "--vllm_data_parallel_size" in f.hints[-1]
 
 
-def test_small_absolute_differences_are_not_stragglers(tmp_path):
+def test_a_phase_slower_by_a_small_share_of_the_step_is_no_straggler(tmp_path):
+    # rank 0 takes 0.3 s longer in `reward`, four times the others, but in a 10 s step nobody waits for that.
     for rank in range(4):
-        write_rank(tmp_path, rank, [header(rank)] + _phases(rank, [0.4, 0.4] if rank == 0 else [0.1, 0.1]))
+        records = [header(rank)]
+        for step in range(3):
+            t = step * 10.0
+            reward_s = 0.4 if rank == 0 else 0.1
+            records += [PhaseBegin(**common(rank, step=step, t=t), phase="rollout", path="rollout"),
+                        PhaseEnd(**common(rank, step=step, t=t + 9.0), phase="rollout", path="rollout", duration_s=9.0,
+                                 synced=False),
+                        PhaseBegin(**common(rank, step=step, t=t + 9.0), phase="reward", path="reward"),
+                        PhaseEnd(**common(rank, step=step, t=t + 9.0 + reward_s), phase="reward", path="reward",
+                                 duration_s=reward_s, synced=False)]
+        write_rank(tmp_path, rank, records)
     assert not list(straggler.check(load_evidence([tmp_path]), straggler.Config()))
+
+
+def test_the_ranks_waiting_in_a_collective_for_the_straggler_are_not_named(tmp_path):
+    # Two ranks: rank 1 is 0.5 s slower in rollout; rank 0 then waits 0.5 s in reward's all_gather, and both
+    # leave reward together. Only rank 1 ends its slow phase late.
+    for rank in range(2):
+        records = [header(rank, world_size=2)]
+        for step in range(4):
+            t = step * 1.0
+            rollout_s = 0.55 if rank == 1 else 0.05
+            records += [PhaseBegin(**common(rank, step=step, t=t), phase="rollout", path="rollout"),
+                        PhaseEnd(**common(rank, step=step, t=t + rollout_s), phase="rollout", path="rollout",
+                                 duration_s=rollout_s, synced=False),
+                        PhaseBegin(**common(rank, step=step, t=t + rollout_s), phase="reward", path="reward"),
+                        PhaseEnd(**common(rank, step=step, t=t + 0.56), phase="reward", path="reward",
+                                 duration_s=0.56 - rollout_s, synced=False)]
+        write_rank(tmp_path, rank, records)
+    findings = list(straggler.check(load_evidence([tmp_path]), straggler.Config()))
+    assert [(f.ranks, f.phase) for f in findings] == [((1,), "rollout")]
+    assert findings[0].evidence["phases"]["rollout"]["others_median_s"] == 0.05
 
 
 @pytest.mark.distributed
@@ -40,3 +71,13 @@ def test_the_reference_trainer_with_a_slow_rank_gets_that_rank_named_in_rollout(
     findings = list(straggler.check(load_evidence([tmp_path / "run"]), straggler.Config()))
     assert [(f.id, f.ranks, f.phase) for f in findings] == [("straggler", (1,), "rollout")]
     assert findings[0].evidence["phases"]["rollout"]["rank_median_s"] >= 0.8
+
+
+def test_unequal_gpus_per_node_in_the_headers_add_the_same_gpus_everywhere_remedy(tmp_path):
+    for rank in range(3):  # node-0 runs ranks 0 and 1, node-1 only rank 2 (CASES.md case 3: 7 vs 8 GPUs)
+        durations = [3.1, 2.9, 3.0] if rank == 2 else [1.0, 1.1, 0.9]
+        launch = {"NPROC_PER_NODE": "1" if rank == 2 else "2"}
+        write_rank(tmp_path, rank, [header(rank, 3, launch=launch, local_world_size=1 if rank == 2 else 2)]
+                   + _phases(rank, durations))
+    [f] = straggler.check(load_evidence([tmp_path]), straggler.Config())
+    assert f.ranks == (2,) and f.hints[0] == straggler.HINT_NODES

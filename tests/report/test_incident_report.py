@@ -14,9 +14,15 @@ from grpo_doctor.report.plots import phase_timeline
 from grpo_doctor.report.render import render_html
 from grpo_doctor.report.time_cut import find_cut
 
+# Evidence keys as the hang rule writes them (analysis/rules/hang.py).
 HANG = Finding(id="hang", severity="critical", title="rank 1 stayed in rollout at step 10 while rank 0 waited",
                ranks=(1,), hosts=("node-0",), step=10, phase="rollout",
-               evidence={"culprit_frames": ["train.py:88 in reward_fn", "train.py:120 in rollout"],
+               evidence={"culprit_stacks": {"1": ["sleep (time.py:1)", "reward_fn (train.py:88)", "rollout (train.py:120)"]},
+                         "culprit_code": {"1": {"in_user_code": True, "where": "sleep (time.py:1)",
+                                                "user_frame": "reward_fn (train.py:88)"}},
+                         "waiting_calls": {"0": {"op": "all_gather", "site": "dist.py:75",
+                                                 "op_frame": "all_gather (torch/distributed/distributed_c10d.py:4287)",
+                                                 "caller": "all_gather_floats (dist.py:75)"}},
                          "stack_groups": ["rank 0: all_gather (distributed_c10d.py:4287)", "rank 1: reward_fn (train.py:88)"]},
                hints=("look at rank 1's own frames",), role="root-cause")
 TIMEOUT = Finding(id="nccl-timeout", severity="critical", title="rank 0 timed out in all_reduce after 20 s",
@@ -50,8 +56,12 @@ def test_culprit_stack_and_timeline_sit_right_under_the_root_cause(tmp_path):
     html = _html(tmp_path, [HANG, TIMEOUT])
     incident = html[html.index('<section class="incident"'):html.index("</section>")]
     root_end = incident.index('<div class="culprit">')
-    assert incident.index("train.py:88 in reward_fn") > root_end
-    assert "rank 1: reward_fn (train.py:88)" in incident  # the stack groups too
+    culprit = incident[root_end:incident.index('id="timeline"')]
+    assert "rank 1, in user code: sleep (time.py:1): its own frames" in culprit
+    assert "sleep (time.py:1)\nreward_fn (train.py:88)\nrollout (train.py:120)" in culprit
+    assert "rank 0: all_gather (torch/distributed/distributed_c10d.py:4287) &lt;- all_gather_floats (dist.py:75)" in culprit
+    assert "rank 1: reward_fn (train.py:88)" in culprit  # the stack groups too
+    assert "culprit_stacks" not in incident  # shown as a stack, not again as raw evidence
     assert root_end < incident.index('id="timeline"') < incident.index('<details class="consequences">')
     assert "rank 1: rollout (open 60 s)" in incident  # the open phase, named in the image's alt text
     assert html.count("Phase timeline (last steps)") == 1  # not repeated further down
@@ -66,7 +76,8 @@ def test_a_rank_that_raised_shows_the_end_of_its_traceback_as_the_culprits_stack
 
 def test_hostile_text_in_titles_frames_and_summaries_stays_escaped(tmp_path):
     run, log = write_hostile_run(tmp_path)
-    root = dataclasses.replace(HANG, title=f"hang {SCRIPT}", evidence={"culprit_frames": [f"x.py:1 in {IMG}"]})
+    root = dataclasses.replace(HANG, title=f"hang {SCRIPT}", evidence={"culprit_stacks": {"1": [f"x.py:1 in {IMG}"]},
+                                                                          "culprit_frames": [SCRIPT]})
     consequence = dataclasses.replace(TIMEOUT, title=f"timeout {IMG}", caused_by=root.key)
     html = render_html(load_evidence([run, log]), FindingsFile(run=[str(run)], findings=[root, consequence],
                                                                warnings=[SCRIPT]))
@@ -91,13 +102,13 @@ def test_no_findings_says_what_was_read_and_what_was_not_checked(tmp_path):
                                       "rows_used": 88, "unmatched_lines": 2, "areas": ["crashes", "hangs"]}])
     html = render_html(load_evidence([run]), ff)
     assert "Healthy as far as" not in html and "sev-unknown" in html
-    assert "empty.log: nothing recognised (0 lines read" in html
+    assert "empty.log: nothing recognised (0 lines read)" in html
     assert "rank event logs; 90 lines read, 88 records or metric rows used, 2 lines matched nothing" in html
     assert "Not checked</strong> (no evidence reached these areas): memory, rollouts" in html
     assert "Checked</strong>: crashes, hangs" in html and '<div class="coverage"' in html  # shown, not folded
     text = format_findings(ff)
     assert text.splitlines()[0] == "no findings: nothing known to go wrong was seen"
-    assert "read: empty.log: nothing recognised (0 lines read" in text
+    assert "read: empty.log: nothing recognised (0 lines read)" in text
     assert "checked: crashes, hangs" in text
     assert "not checked (no evidence reached them): memory, rollouts" in text
 
@@ -138,3 +149,12 @@ def test_timeline_of_steady_steps_is_not_cut():
     steps_s = np.arange(0.0, 12.0, 0.25)  # a phase boundary every quarter second, nothing long
     assert find_cut(steps_s, 12.0) is None
     assert find_cut(np.array([0.0, 0.5, 1.0, 1.5]), 40.0).at_end
+
+
+def test_a_root_without_stacks_shows_the_stacks_its_consequence_captured(tmp_path):
+    crash = Finding(id="rank-crash", severity="critical", title="rank(s) 1 crashed: log stops", ranks=(1,),
+                    role="root-cause")
+    hang = dataclasses.replace(HANG, role="consequence", caused_by=crash.key)
+    html = _html(tmp_path, [crash, hang])
+    culprit = html[html.index('<div class="culprit">'):html.index('id="timeline"')]
+    assert "sleep (time.py:1)\nreward_fn (train.py:88)" in culprit

@@ -22,3 +22,24 @@ def test_the_console_check_sees_a_script_that_runs(tmp_path):
     page = tmp_path / "unsafe.html"
     page.write_text('<html><body><script>console.error("xss-script-ran")</script></body></html>')
     assert any("xss-script-ran" in m for m in load_page(page).console_messages)
+
+
+def test_an_incident_opens_with_its_root_cause_and_its_consequences_folded(tmp_path):
+    from hang_run import write_hang_run
+    from test_incident_report import HANG, SIGTERM, TIMEOUT
+
+    from grpo_doctor.analysis.findings import FindingsFile
+    from grpo_doctor.analysis.load import load_evidence
+    from grpo_doctor.report.render import render_report
+
+    run = write_hang_run(tmp_path)
+    page_path = render_report(load_evidence([run]), FindingsFile(run=[str(run)], findings=[TIMEOUT, SIGTERM, HANG],
+                                                                 warnings=[]), tmp_path / "report.html")
+    page = load_page(page_path)
+    assert page.console_messages == ()
+    dom = page.dom
+    assert dom.index('data-finding-id="hang"') < dom.index('class="culprit"') < dom.index('id="timeline"')
+    fold = dom[dom.index('<details class="consequences">'):]
+    assert fold.index("<summary>2 consequences:") < fold.index('data-finding-id="nccl-timeout"')  # folded: closed
+    png = screenshot(page_path, tmp_path / "incident.png", height=1400)
+    assert png.stat().st_size > 20_000

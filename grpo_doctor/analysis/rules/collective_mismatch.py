@@ -15,6 +15,16 @@ seq of the group is reported (after a skipped collective every later one differs
 Evidence keys: `pg`, `pg_name`, `pg_desc`, `seq`, `kinds` (of "op", "sizes", "dtypes"), `odd_ranks`,
 `calls` ({rank: {"op", "input_sizes", "output_sizes", "input_dtypes", "output_dtypes", "frame"}}),
 `num_mismatched_seqs`, `first_mismatched_seqs`, `dump_files`.
+
+Without dumps (gloo, or NCCL without the flight recorder), from where the ranks' code waits: watch's
+stacks at a hang, or the ranks' recorded exceptions (collective timeouts and lost peers), when every
+rank waits in a collective but not all called from the same place. The odd ranks are the minority,
+or on a tie the ranks still in a phase every other rank already completed that step: they called a
+collective the others skipped. Evidence keys: `source` ("stacks" or "tracebacks"), `hang_file`
+(stacks), `errors` ({rank: "timeout: ..." or "peer-lost: ..."}, tracebacks), `odd_ranks`,
+`decided_by` ("majority", "phase order" or "tie": then every rank is named), `kinds` (["op"] or
+["site"]: same op from different lines), `calls` ({rank: {"op", "site" (file:line of the user's call),
+"op_frame", "caller", "user_frame", "step", "phase"}}).
 """
 from __future__ import annotations
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from grpo_doctor.analysis import remedies
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.grpo_metrics import column, finite, longest_run, step_series, zero_std_shares
 from grpo_doctor.analysis.load import Evidence
@@ -36,9 +37,8 @@ HINTS = (
     "sampling process its own seed (TRL: set_seed(seed, device_specific=True); vLLM: seed = base + data-parallel rank).",
     "If the reward is the same for every completion, the reward function is broken or the task is out of reach: "
     "test the reward function on a few known-good and known-bad completions before training.",
-    "Make groups disagree: more num_generations, temperature near 1.0, a reward with partial credit; drop "
-    "zero-variance groups with dynamic sampling (ms-swift --dynamic_sample true, verl "
-    "algorithm.filter_groups.enable=True).",
+    "Make groups disagree: more num_generations, temperature near 1.0, a reward with partial credit; "
+    + remedies.DYNAMIC_SAMPLING + ".",
 )
 
 

@@ -18,17 +18,29 @@ from dataclasses import dataclass
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.grpo_metrics import column, step_series
 from grpo_doctor.analysis.load import Evidence
+from grpo_doctor.analysis.remedies import CHECKED_AGAINST, SWIFT, TRL, VERL, default, flag, flags
 
 ID = "entropy-collapse"
 
-HINTS = (
-    "Slow the policy down: lower the learning rate, keep or raise the KL penalty (beta > 0), fewer updates per "
-    "rollout (num_iterations / ppo epochs 1).",
-    "Let low-probability tokens grow: DAPO clip-higher (TRL epsilon_high=0.28, ms-swift --epsilon_high 0.28) "
-    "instead of a symmetric clip range; sample at temperature near 1.0.",
-    "Check for reward hacking: read the sample completions; one string repeated everywhere means the reward "
-    "pays for something the policy found a shortcut to.",
-)
+HINT_SLOW = ("Slow the policy down: lower the learning rate; set a KL penalty (" + flags(TRL, "beta")
+             + f" defaults to {default(TRL, 'beta')} (TRL {CHECKED_AGAINST[TRL]}): set it, "
+             "e.g. 0.001-0.04; " + flags(SWIFT, "beta") + " defaults to 0.04 for GRPO; "
+             + flags(VERL, "actor_rollout_ref.actor.use_kl_loss", "actor_rollout_ref.actor.kl_loss_coef")
+             + "); fewer updates per rollout.")
+HINT_ENTROPY = ("Reward exploration directly: an entropy bonus, " + flags(TRL, "entropy_coef") + " > 0 (with "
+                + flag(TRL, "use_adaptive_entropy") + " to hold entropy near entropy_target) or "
+                + flags(VERL, "actor_rollout_ref.actor.entropy_coeff") + " > 0; or learn from the high-entropy "
+                "tokens only: " + flags(TRL, "top_entropy_quantile") + ", " + flags(SWIFT, "top_entropy_quantile")
+                + ". Sample at temperature near 1.0.")
+HINT_CLIP_HIGHER = ("DAPO clip-higher (" + flags(TRL, "epsilon_high") + ", " + flags(SWIFT, "epsilon_high") + ", "
+                    + flags(VERL, "actor_rollout_ref.actor.clip_ratio_high") + ") acts only off-policy: with one "
+                    "update per rollout (TRL/ms-swift num_iterations 1 and steps_per_generation equal to "
+                    "gradient_accumulation_steps; verl ppo_epochs 1 and ppo_mini_batch_size equal to "
+                    "data.train_batch_size) the probability ratio is 1 and the clip never binds, so it changes "
+                    "nothing there.")
+HINT_HACKING = ("Check for reward hacking: read the sample completions; one string repeated everywhere means the reward "
+                "pays for something the policy found a shortcut to.")
+HINTS = (HINT_SLOW, HINT_ENTROPY, HINT_CLIP_HIGHER, HINT_HACKING)
 
 
 @dataclass(frozen=True)

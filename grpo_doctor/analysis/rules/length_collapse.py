@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from grpo_doctor.analysis import remedies
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.grpo_metrics import column, finite, longest_run, step_series
 from grpo_doctor.analysis.load import Evidence
@@ -26,11 +27,17 @@ from grpo_doctor.analysis.rollout_tables import EVENT_LOG_SOURCE
 
 ID = "length-collapse"
 
-HINT_TRUNCATED = ("Completions hit the limit: raise max_completion_length (TRL / ms-swift) or max_new_tokens, and "
-                  "vLLM's max_model_len with it; check generation stops at the chat template's end token (vLLM "
-                  "stop_token_ids, generation_config.eos_token_id).")
-HINT_OVERLONG = ("Keep truncated completions from teaching: TRL mask_truncated_completions=True, ms-swift "
-                 "--overlong_filter true, or DAPO's soft overlong penalty (a length-aware reward).")
+HINT_TRUNCATED = ("Completions hit the limit: raise the completion length ("
+                  + remedies.flags(remedies.TRL, "max_completion_length") + ", "
+                  + remedies.flags(remedies.SWIFT, "max_completion_length") + ", "
+                  + remedies.flags(remedies.VERL, "data.max_response_length") + ") and vLLM's context with it ("
+                  + remedies.flags(remedies.TRL, "vllm_max_model_length") + ", "
+                  + remedies.flags(remedies.SWIFT, "vllm_max_model_len") + "); check generation stops at the chat "
+                  "template's end token (vLLM stop_token_ids, generation_config.eos_token_id).")
+HINT_OVERLONG = ("Keep truncated completions from teaching: "
+                 + remedies.flags(remedies.TRL, "mask_truncated_completions") + ", "
+                 + remedies.flags(remedies.SWIFT, "overlong_filter")
+                 + ", or DAPO's soft overlong penalty (a length-aware reward).")
 HINT_EMPTY = ("Completions shrank to nothing: check the reward does not pay for empty or one-token answers (a format "
               "reward that an empty string satisfies, a penalty only for wrong content), and that the prompt does "
               "not already end with the end-of-turn token; lower the learning rate if it collapsed suddenly.")

@@ -9,6 +9,9 @@ closed the connection: the peer died first), `cuda` (ncclUnhandledCudaError, "Cu
 `internal`, `other`. One finding per kind, naming every rank and host that reported it. A kind
 seen only in WARN lines that say nothing recognisable (`other`) is a warning; the rest are critical.
 
+InfiniBand async events that report a fabric change ("NET/IB : Got async event : client
+reregistration", port active, LID / GID / SM / P_Key change) are benign and not read.
+
 Evidence keys: `error_kind`, `error_codes` (ncclXxxError names), `details` (NCCL's error text),
 `messages` (Last error / WARN messages, distinct, at most `Config.max_messages`), `addresses`
 (peers as "address<port>"), `peers` (their host part), `bad_interface` (bool), `cuda_errors`,
@@ -55,7 +58,9 @@ HINT_CUDA = ("A CUDA call inside NCCL failed (the `Cuda failure` WARN line names
              "bind one GPU per rank (torch.cuda.set_device(local_rank)).")
 HINT_USAGE = ("Invalid usage: most often two ranks on one GPU (`Duplicate GPU detected`): NPROC_PER_NODE must "
               "not exceed the GPUs in CUDA_VISIBLE_DEVICES and each rank must call "
-              "torch.cuda.set_device(local_rank); otherwise ranks passed mismatched collective arguments.")
+              "torch.cuda.set_device(local_rank); a rollout server (`trl vllm-serve`, `swift rollout`) on a GPU the "
+              "trainer also uses fails the same way: give server and trainer disjoint CUDA_VISIBLE_DEVICES. "
+              "Otherwise ranks passed mismatched collective arguments.")
 HINT_VERSIONS = ("Use the same NCCL (torch) version on every node and set NCCL_DEBUG=INFO to get the detail "
                  "behind an internal error; upgrade NCCL if it persists.")
 HINTS = (HINT_IFNAME, HINT_DEBUG, HINT_IB, HINT_REMOTE, HINT_NETWORK, HINT_SHM, HINT_CUDA, HINT_USAGE, HINT_VERSIONS)
@@ -83,6 +88,10 @@ TITLES = {
     "internal": "NCCL internal error",
     "other": "NCCL warning",
 }
+# InfiniBand async events that report a fabric change, not a failure (ibv_event_type_str's
+# wording, printed by NCCL as "NET/IB : Got async event : client reregistration"): not findings.
+BENIGN_IB_EVENTS = tuple(f"Got async event : {e}" for e in ("client reregistration", "port active", "LID change",
+                                                            "GID table change", "SM change", "P_Key change"))
 _REMOTE_WORDS = ("remote process exited", "closed by remote peer", "Connection reset by peer")
 _NETWORK_WORDS = ("socketStartConnect", "Connection refused", "timed out", "unreachable", "No route to host",
                   "NET/Socket", "system error")
@@ -99,6 +108,8 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
     rank_of_pid = _rank_of_pid(run)
     groups: dict[str, list[dict[str, Any]]] = {}
     for row in run.signature_rows:
+        if row["kind"] == NCCL_WARN and any(e in (row["fields"].get("message") or "") for e in BENIGN_IB_EVENTS):
+            continue
         if row["kind"] in (NCCL_ERROR, NCCL_WARN):
             groups.setdefault(error_kind(row["fields"]), []).append(row)
     for kind in KIND_HINTS:  # most telling kind first

@@ -14,7 +14,8 @@ Evidence keys: `exc_type`, `message` (first 500 characters), `signal`, `exitcode
 raw logs also `suspected` ("host-oom": SIGKILL with no traceback) with `confirm_with` (the command
 that shows the kill), `exception` (the rank's last Python traceback, "Type: message"),
 `rank_is_local` (only torchrun's agent line named it: the local rank), `pid`, `cuda_fault`,
-`component` ("vllm-engine", "vllm-worker", "ray-actor"), `actor`, `ip`, `exit_type`, `exit_detail`,
+`component` ("vllm-engine", "vllm-worker", "ray-actor", "process": a fatal signal's report,
+"launcher": torchrun's ChildFailedError without an entry), `actor`, `ip`, `exit_type`, `exit_detail`,
 `num_reports`.
 """
 from __future__ import annotations
@@ -34,8 +35,10 @@ ID = "rank-crash"
 HINTS = (
     "Read the first failing rank's traceback (the error record, or the root-cause entry of torchrun's "
     "ChildFailedError block): the other ranks usually fail only because it left.",
-    "Killed by SIGKILL without a traceback: look for the kernel OOM killer (dmesg -T | grep -i oom) and lower "
-    "host memory use (fewer dataloader_num_workers, ZeRO-3 offload_optimizer off, smaller batch).",
+    "Killed by SIGKILL without a traceback: the kernel's OOM killer is suspected; confirm it on that host with "
+    "`dmesg -T | grep -i -E 'killed process|out of memory'` (in a container or Slurm job, the memory cgroup's "
+    "limit), then lower host memory use (fewer dataloader_num_workers, less CPU offload: DeepSpeed offload_param / "
+    "offload_optimizer, ms-swift --offload_model / --offload_optimizer, smaller batch).",
     "Exit on SIGABRT after an NCCL timeout: the crash is a symptom; see the nccl-timeout / hang findings.",
 )
 HINT_CUDA_FAULT = ("A CUDA fault is reported asynchronously, often at a later call than the one that caused it: rerun "
@@ -146,6 +149,10 @@ def _unranked_findings(unranked: list[dict[str, Any]]) -> Iterator[Finding]:
             who = f" {info['actor']}" if info.get("actor") else ""
             how = f" (worker exit type {exit_type})" if exit_type else ""
             title = f"Ray actor{who} died{how}" + (f" on {info['ip']}" if info.get("ip") else "")
+        elif component == "launcher":
+            title = "torchrun reported a failed worker (ChildFailedError); the log shows no rank's entry"
+        elif component == "process":
+            title = f"a process died on {info.get('exc_type')}"
         else:
             title = f"the rollout engine died: {info.get('exc_type')}"
         yield Finding(id=ID, severity="critical", title=title, ranks=(), hosts=(), step=None, phase=None,
@@ -162,6 +169,8 @@ def _hints(signal: str | None, exitcode: int | None, info: dict[str, Any] | None
         return (HINT_CUDA_FAULT, HINTS[0])
     if info.get("component") == "ray-actor":
         return (HINT_ACTOR, HINTS[0])
+    if info.get("component") in ("process", "launcher"):
+        return (HINTS[0], HINTS[2])
     if info.get("component"):
         return (HINT_ENGINE, HINTS[0])
     hints = [HINTS[0]]

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from grpo_doctor.analysis import remedies
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.analysis.probe_evidence import probe_findings
@@ -45,9 +46,11 @@ HINT_LOOPBACK = ("The store address is a loopback one (127.0.0.1, localhost, ::1
                  "be node 0's real address on every node; on one node, the process that serves the store (rank 0, "
                  "or a vLLM server) died or never started - read its log.")
 HINT_JOIN = ("Not every node joined in time: a node never started or crashed before the rendezvous, or NNODES "
-             "(torchrun --nnodes) or WORLD_SIZE differs between nodes; launch every node with the same settings, "
-             "start them within the rendezvous timeout (torchrun --rdzv-conf join_timeout=1800), and read the "
-             "missing node's log.")
+             "(torchrun --nnodes) or WORLD_SIZE differs between nodes (check they are the same everywhere); start "
+             "every node within the rendezvous timeout and read the missing node's log. The timeout (600 s by "
+             "default) is set by " + remedies.flag(remedies.TORCHRUN, "rdzv-conf timeout") + " for a static launch "
+             "(--master-addr / --master-port, no --rdzv-backend) and by "
+             + remedies.flag(remedies.TORCHRUN, "rdzv-conf join_timeout") + " with --rdzv-backend c10d.")
 HINTS = (HINT_PORT, HINT_REFUSED, HINT_UNREACHABLE, HINT_LOOPBACK, HINT_JOIN)
 
 PORT_IN_USE = ("address-in-use", "server-listen-failed")

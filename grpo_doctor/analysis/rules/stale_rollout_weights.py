@@ -20,23 +20,29 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from grpo_doctor.analysis import remedies
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.grpo_metrics import column, step_series
 from grpo_doctor.analysis.load import Evidence
 
 ID = "stale-rollout-weights"
 
-HINTS = (
-    "Check the weight sync into the rollout engine runs every step and succeeds: TRL server mode needs "
-    "`trl vllm-serve` reachable with its NCCL weight-update group up; colocate mode syncs inside the trainer "
-    "(look for errors around the sync, and for LoRA the adapter must be merged or vllm_enable_lora set).",
-    "With DeepSpeed ZeRO-3 the parameters are gathered for the sync; a custom sync that skips the gather sends "
-    "shards or stale copies. ms-swift: keep move_model_batches / offload_model settings consistent with the "
-    "vLLM mode.",
-    "Deliberately off-policy rollouts (async generation, steps_per_generation > 1) drift by design: correct for "
-    "it with importance sampling (TRL vllm_importance_sampling_correction=True, ms-swift "
-    "rollout_importance_sampling_mode) and keep the lag small.",
-)
+HINT_SYNC = ("Check the weight sync into the rollout engine runs every step and succeeds: TRL server mode needs "
+             "`trl vllm-serve` reachable with its NCCL weight-update group up; colocate mode syncs inside the trainer "
+             "(look for errors around the sync).")
+HINT_PREFIX_CACHE = ("After new weights are loaded, vLLM's prefix cache must be reset (llm.reset_prefix_cache(); the "
+                     "server's /reset_prefix_cache/ endpoint), or prompts keep the KV cache computed with the old "
+                     "weights: TRL and ms-swift do it after their own sync, a custom sync must do it too.")
+HINT_LORA = ("LoRA: send the adapter merged into the weights, or let vLLM load it as an adapter ("
+             + remedies.flags(remedies.SWIFT, "vllm_enable_lora")
+             + "; TRL has no such flag: it merges the adapter for the sync). With DeepSpeed ZeRO-3 the parameters "
+             "must be gathered for the sync; a custom sync that skips the gather sends shards or stale copies.")
+HINT_OFF_POLICY = ("Deliberately off-policy rollouts (async generation, steps_per_generation > gradient accumulation) "
+                   "drift by design: correct for it with importance sampling ("
+                   + remedies.flags(remedies.TRL, "vllm_importance_sampling_correction") + f", on by default in TRL "
+                   f"{remedies.CHECKED_AGAINST[remedies.TRL]}; "
+                   + remedies.flags(remedies.SWIFT, "rollout_importance_sampling_mode") + ") and keep the lag small.")
+HINTS = (HINT_SYNC, HINT_PREFIX_CACHE, HINT_LORA, HINT_OFF_POLICY)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from grpo_doctor.analysis import remedies
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.analysis.probe_evidence import probe_findings
@@ -18,8 +19,10 @@ from grpo_doctor.analysis.probe_evidence import probe_findings
 ID = "version-mismatch"
 
 HINTS = (
-    "Install the same versions on every node (e.g. pip install torch==X vllm==Y deepspeed==Z from one "
-    "requirements file or one container image); vLLM 0.7.3 was the stable one in CASES.md case 1.",
+    "Install the same versions on every node (one requirements file or one container image). Pin vLLM to the "
+    "range your trainer declares, not to one remembered release: TRL's `vllm` extra (pip install \"trl[vllm]\"; "
+    f"TRL {remedies.CHECKED_AGAINST[remedies.TRL]} declares {remedies.VLLM_RANGES[remedies.TRL]}), verl's `vllm` "
+    "extra (pip install \"verl[vllm]\"), ms-swift's recommended versions (its README's table, its official images).",
     "Different NCCL or CUDA driver versions between nodes can hang or corrupt collectives: align the driver "
     "and the torch build (same CUDA) everywhere.",
 )

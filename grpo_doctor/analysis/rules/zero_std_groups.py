@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from grpo_doctor.analysis import remedies
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.grpo_metrics import BATCH_FLAG, zero_std_shares
 from grpo_doctor.analysis.load import Evidence
@@ -29,13 +30,12 @@ from grpo_doctor.analysis.load import Evidence
 ID = "zero-std-groups"
 
 HINTS = (
-    "Filter zero-variance groups and sample more (DAPO dynamic sampling): ms-swift --dynamic_sample true "
-    "(--max_resample_times 3), verl algorithm.filter_groups.enable=True (metric=acc, max_num_gen_batches=10).",
+    remedies.DYNAMIC_SAMPLING[0].upper() + remedies.DYNAMIC_SAMPLING[1:] + ".",
     "Make groups disagree more often: raise num_generations (8-16), keep temperature near 1.0.",
     "Give the reward finer gradations: partial credit, a format term, a length-aware or graded score instead of "
     "0/1, so near-misses and exact answers differ.",
-    "Match difficulty to the model: drop prompts it always solves or never solves (filter the dataset by the "
-    "policy's pass rate), or use a curriculum.",
+    "Match difficulty to the model: drop prompts it always or never solves (the offline pass-rate filter above), "
+    "or use a curriculum.",
 )
 
 
