@@ -83,12 +83,16 @@ class ThreadStack:
 
     @property
     def is_own(self) -> bool:
-        """A thread grpo-doctor's rank API started (its flush and signal threads), by name, or for a
-        paste without names by its innermost Python frame."""
+        """A thread grpo-doctor's rank API started (its flush and signal threads): by name, or for a
+        paste without names by the function the thread was started with (its outermost frame outside
+        the standard library), so a main thread that is inside a grpo-doctor call is kept."""
         if self.name.startswith(OWN_THREAD_PREFIX):
             return True
-        python = self.python_frames
-        return not self.name and bool(python) and bool(_OWN_PACKAGE.search(python[0].filename))
+        if self.name:
+            return False
+        targets = [f for f in self.python_frames if not _STDLIB_DIR.search(f.filename)
+                   and not f.filename.startswith("<") and f.filename.rsplit("/", 1)[-1] != "threading.py"]
+        return bool(targets) and bool(_OWN_PACKAGE.search(targets[-1].filename))
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -62,11 +62,12 @@ class Finding:
 
 
 def sort_findings(findings: list[Finding]) -> list[Finding]:
-    """Most severe first; within a severity, root causes (analysis/incidents.py) before findings that
-    stand alone, else in the order given. A consequence follows its root cause, whatever its own severity."""
+    """Root causes (analysis/incidents.py) first, then the findings that stand alone; each most severe
+    first, else in the order given. A consequence follows its root cause, whatever its own severity.
+    The terminal and the HTML (report/incident_groups.py) show the same order."""
     roots = {f.key: f for f in findings if f.role == "root-cause"}
     heads = sorted((f for f in findings if f.role != "consequence" or f.caused_by not in roots),
-                   key=lambda f: (SEVERITIES.index(f.severity), f.role != "root-cause"))
+                   key=lambda f: (f.role != "root-cause", SEVERITIES.index(f.severity)))
     out: list[Finding] = []
     for head in heads:
         out.append(head)

@@ -43,7 +43,12 @@ def read_wandb_export(path: Path, head: str) -> list[MetricLog]:
     except csv.Error:  # text with a stray carriage return: no CSV
         return []
     if "_step" in header or (header[:1] == ["Step"] and any(" - " in c for c in header[1:])):
-        return _logs(path, "wandb-csv", _csv_runs(path))
+        try:
+            return _logs(path, "wandb-csv", _csv_runs(path))
+        except csv.Error as exc:  # a cell over csv's field limit, a NUL byte: the export is damaged
+            log = MetricLog(path=path, source="", format="wandb-csv")
+            log.warnings.append(f"{path}: a W&B export that cannot be read ({exc}); left out")
+            return [log]
     return []
 
 

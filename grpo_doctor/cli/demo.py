@@ -22,6 +22,7 @@ from pathlib import Path
 from grpo_doctor.cli import report, summary
 from grpo_doctor.cli.errors import UserError
 from grpo_doctor.eventlog import RunDirError, load_run
+from grpo_doctor.report.console import format_findings
 
 
 def add_parser(sub) -> None:
@@ -67,7 +68,7 @@ def run(args) -> int:
     print(summary.format_summary(log, summary.summarise(log)))
     findings, html_path, _ = report.write_report([out])
     print()
-    print(report.format_findings(findings))
+    print(format_findings(findings))
     print(f"\nrun directory: {out}\nreport: {html_path}")
     return 0 if status == 0 else 1
 

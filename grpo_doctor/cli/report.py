@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from grpo_doctor.cli.errors import UserError
-from grpo_doctor.rankset import format_ranks
+from grpo_doctor.report.console import format_findings
 
 EXIT_HELP = ("exit status: 0 no critical finding; 1 at least one critical finding; "
              "2 bad input (missing path, unusable setting); 3 nothing was recognised in any input "
@@ -101,27 +101,3 @@ def _report_path(out: Path | None, paths: list[Path]) -> Path:
     if out.is_dir():
         raise UserError(f"--out {out} is a directory", f"name the report file, e.g. --out {out / 'report.html'}")
     return out
-
-
-def format_findings(out) -> str:
-    if not out.findings:
-        lines = ["no findings: nothing known to go wrong was seen"]
-    else:
-        lines = []
-        for f in out.to_dict()["findings"]:
-            lines.append(f"{f['severity'].upper():8} {f['id']}: {f['title']}")
-            where = []
-            if f["ranks"]:
-                where.append(f"ranks {format_ranks(f['ranks'])}")
-            if f["hosts"]:
-                where.append(f"hosts {', '.join(f['hosts'])}")
-            if f["phase"]:
-                where.append(f"phase {f['phase']}")
-            if f["step"] is not None:
-                where.append(f"step {f['step']}")
-            if where:
-                lines.append(f"         {'; '.join(where)}")
-            if f["hints"]:
-                lines.append(f"         fix: {f['hints'][0]}")
-    lines += [f"warning: {w}" for w in out.warnings]
-    return "\n".join(lines)

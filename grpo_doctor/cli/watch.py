@@ -7,6 +7,7 @@ Typical use:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
@@ -87,9 +88,12 @@ def run(args) -> int:
     return status
 
 
-def _report_at_end(run_dir: Path, num_shown: int = 3) -> None:
-    """The report of what just ran; its failure is one line and never changes watch's exit status."""
+def _report_at_end(run_dir: Path, num_groups: int = 2) -> None:
+    """The report of what just ran, led by its root cause as `grpo-doctor report` prints it; its
+    failure is one line and never changes watch's exit status."""
     from grpo_doctor.cli.report import write_report
+    from grpo_doctor.report.console import format_findings
+    from grpo_doctor.report.incident_groups import group_findings
 
     try:
         result, html_path, _ = write_report([run_dir])
@@ -97,12 +101,12 @@ def _report_at_end(run_dir: Path, num_shown: int = 3) -> None:
         print(f"grpo-doctor: no report ({type(exc).__name__}: {exc}); try: grpo-doctor report {run_dir}",
               file=sys.stderr)
         return
-    findings = result.to_dict()["findings"]
-    for f in findings[:num_shown]:
-        fix = f" -> {f['hints'][0]}" if f["hints"] else ""
-        print(f"grpo-doctor: {f['severity'].upper()} {f['id']}: {f['title']}{fix}", file=sys.stderr)
-    if len(findings) > num_shown:
-        print(f"grpo-doctor: ... and {len(findings) - num_shown} more finding(s)", file=sys.stderr)
-    elif not findings:
-        print("grpo-doctor: no findings: nothing known to go wrong was seen", file=sys.stderr)
+    groups = group_findings(result.findings)
+    shown = [f for g in groups[:num_groups] for f in (g.lead, *g.consequences)]
+    text = format_findings(dataclasses.replace(result, findings=shown, warnings=[]))
+    for line in text.splitlines():
+        print(f"grpo-doctor: {line}", file=sys.stderr)
+    if len(groups) > num_groups:
+        print(f"grpo-doctor: ... and {len(result.findings) - len(shown)} more finding(s): grpo-doctor report {run_dir}",
+              file=sys.stderr)
     print(f"grpo-doctor: report: {html_path}", file=sys.stderr)

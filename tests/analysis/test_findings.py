@@ -32,14 +32,14 @@ def test_findings_file_has_the_contract_shape_and_lists_critical_first(tmp_path)
     assert FindingsFile.from_dict(data).has_critical
 
 
-def test_a_consequence_follows_its_root_cause_whatever_its_severity(tmp_path):
+def test_root_causes_lead_and_a_consequence_follows_its_root_whatever_its_severity(tmp_path):
     root = Finding(id="hang", severity="warning", title="rank 1 hung", ranks=(1,), role="root-cause")
     effect = Finding(id="rank-crash", severity="critical", title="rank 0 timed out", ranks=(0,),
                      role="consequence", caused_by=root.key)
     other = Finding(id="straggler", severity="critical", title="slow", ranks=(2,))
     data = FindingsFile(run=[], findings=[effect, other, root], warnings=[]).to_dict()
     assert [(f["id"], f["role"], f["caused_by"]) for f in data["findings"]] == [
-        ("straggler", None, None), ("hang", "root-cause", None), ("rank-crash", "consequence", "hang@1")]
+        ("hang", "root-cause", None), ("rank-crash", "consequence", "hang@1"), ("straggler", None, None)]
 
 
 def test_an_unknown_role_is_refused_naming_the_valid_ones():

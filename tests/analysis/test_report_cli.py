@@ -12,7 +12,9 @@ def test_raw_logs_alone_give_findings_exit_1_and_report_and_findings_json_at_out
     status = main(["report", str(LOGS / "torchrun_nccl_timeout.log"), "--out", str(tmp_path / "r.html")])
     out = capsys.readouterr().out
     assert status == 1
-    assert "CRITICAL nccl-timeout" in out and "fix: " in out
+    # The rank that never joined leads; the timeout it caused follows as its consequence.
+    assert out.startswith("CRITICAL rank-crash: rank(s) 7 crashed") and "(root cause)" in out.splitlines()[0]
+    assert "  <- rank 7: nccl-timeout:" in out and "fix: " in out
     data = json.loads((tmp_path / "findings.json").read_text())
     assert {f["id"] for f in data["findings"]} >= {"nccl-timeout", "rank-crash"}
     assert "nccl-timeout" in (tmp_path / "r.html").read_text()

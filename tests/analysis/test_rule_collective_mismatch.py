@@ -76,3 +76,28 @@ def test_dumps_written_live_by_torchrun_gloo_name_the_skipping_rank(tmp_path):
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     [f] = _findings(fr.parent)
     assert f.ranks == (1,) and f.evidence["op"] == "all_reduce" and f.evidence["ranks_present"] == [0]
+
+
+INJECT = REPO / "tests" / "data" / "inject"
+
+
+def test_without_dumps_the_ranks_tracebacks_name_the_rank_that_called_the_extra_collective():
+    # demo --inject desync:rank=1,step=2: rank 1 broadcast in rollout (timed out), rank 0 all_gathered in
+    # reward (lost its peer). A tie of one rank each: rank 0 had completed rollout, so rank 1 is the odd one.
+    [f] = collective_mismatch.check(load_evidence([INJECT / "desync"]), collective_mismatch.Config())
+    assert (f.ranks, f.phase, f.step) == ((1,), "rollout", 2)
+    assert (f.evidence["source"], f.evidence["decided_by"]) == ("tracebacks", "phase order")
+    assert f.evidence["calls"][1]["site"] == "inject.py:190" and f.evidence["calls"][0]["site"] == "dist.py:75"
+    assert f.evidence["calls"][1]["op"] == "broadcast_object_list" and f.evidence["calls"][0]["op"] == "all_gather"
+    assert "inject.py:190" in f.title and "dist.py:75" in f.title
+
+
+def test_under_watch_the_stacks_name_the_rank_that_called_the_extra_collective():
+    [f] = collective_mismatch.check(load_evidence([INJECT / "watch_desync"]), collective_mismatch.Config())
+    assert (f.ranks, f.evidence["source"], f.evidence["decided_by"]) == ((1,), "stacks", "phase order")
+    assert f.evidence["calls"][1]["site"] == "inject.py:190" and f.evidence["calls"][0]["site"] == "dist.py:75"
+
+
+def test_a_hang_or_a_crash_is_no_mismatch():
+    for run in ("hang", "oom", "watch_hang"):
+        assert not list(collective_mismatch.check(load_evidence([INJECT / run]), collective_mismatch.Config())), run

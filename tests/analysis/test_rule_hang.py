@@ -61,3 +61,49 @@ def test_the_timeout_hint_names_each_frameworks_default_and_never_advises_600_s(
     assert "18000000 s" in timeout  # ms-swift: a hang never errors unless it is set
     [fr] = [h for h in f.hints if "TORCH_FR_BUFFER_SIZE" in h]
     assert "TORCH_NCCL_TRACE_BUFFER_SIZE" in fr and "TORCH_NCCL_ASYNC_ERROR_HANDLING at its default" in fr
+
+
+# --- recorded runs of the reference trainer (tests/data/inject/) -------------------------------------
+
+INJECT = __import__("pathlib").Path(__file__).resolve().parents[1] / "data" / "inject"
+
+
+def test_a_rank_open_in_a_phase_for_the_whole_timeout_is_the_hang_from_rank_records_alone():
+    # demo --inject hang:rank=1,phase=rollout,step=2 --dist-timeout-s 20: rank 0 raised gloo's "Timed out
+    # waiting 20000ms" in reward's all_gather; rank 1 sat in rollout until torchrun's SIGTERM.
+    [f] = hang.check(load_evidence([INJECT / "hang"]), hang.Config())
+    assert (f.id, f.ranks, f.phase, f.step) == ("hang", (1,), "rollout", 2)
+    assert f.evidence["source"] == "event-log" and f.evidence["waiting_ranks"] == [0]
+    assert f.evidence["open_phases"] == {0: "reward", 1: "rollout"} and f.evidence["timeout_ms"] == 20000
+    assert 20.0 <= f.evidence["max_idle_s"] < 25.0
+    assert f.evidence["waiting_calls"][0]["op"] == "all_gather" and f.evidence["ended"] == {1: "SIGTERM"}
+
+
+def test_ranks_that_raised_themselves_are_no_hang():
+    # desync: both ranks raised in a collective (collective-mismatch); oom: rank 1 raised MemoryError.
+    for run in ("desync", "oom", "slow"):
+        assert not list(hang.check(load_evidence([INJECT / run]), hang.Config())), run
+
+
+def test_a_hang_in_user_code_shows_the_culprits_own_frames_without_grpo_doctors_threads():
+    [f] = hang.check(load_evidence([INJECT / "watch_hang"]), hang.Config())
+    assert (f.ranks, f.phase, f.step, f.evidence["source"]) == ((1,), "rollout", 1, "watch")
+    assert f.evidence["culprit_code"][1]["in_user_code"] and "rank 1 is in user code: _block_forever" in f.title
+    assert f.evidence["culprit_stacks"][1][:2] == ["_block_forever (inject.py:201)", "Injector.at (inject.py:174)"]
+
+
+def test_old_hang_files_without_stacks_read_the_captures_even_after_the_run_directory_moved(tmp_path):
+    import json
+    import shutil
+    run = shutil.copytree(INJECT / "watch_hang", tmp_path / "moved")
+    hang_file = run / "supervisor" / "vm" / "hang-1.json"
+    report = json.loads(hang_file.read_text())
+    del report["stacks"]
+    hang_file.write_text(json.dumps(report))
+    [f] = hang.check(load_evidence([run]), hang.Config())
+    assert f.evidence["culprit_stacks"][1][0] == "_block_forever (inject.py:201)"
+
+
+def test_under_watch_a_desync_names_the_rank_in_the_other_collective_not_both():
+    [f] = hang.check(load_evidence([INJECT / "watch_desync"]), hang.Config())
+    assert f.ranks == (1,) and f.evidence["odd_ranks"] == [1] and f.evidence["culprits"] == []

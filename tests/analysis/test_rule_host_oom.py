@@ -91,3 +91,19 @@ def test_the_same_kill_in_dmesg_and_syslog_is_one_finding_and_other_logs_give_no
     (tmp_path / "kern.log").write_text(DMESG + DMESG)
     assert len(_findings(tmp_path / "kern.log")) == 1
     assert _findings(LOGS / "cuda_oom_variants.log") == []
+
+
+def test_a_memoryerror_of_a_rank_is_a_host_oom_on_that_rank_with_its_phase_and_step():
+    # demo --inject oom:rank=1,step=2: a real MemoryError under an address-space limit (RLIMIT_AS).
+    inject = LOGS.parent / "inject" / "oom"
+    [f] = _findings(inject)
+    assert (f.ranks, f.phase, f.step, f.hosts) == ((1,), "forward", 2, ("vm",))
+    assert (f.evidence["source"], f.evidence["exc_type"], f.evidence["log"]) == ("python", "MemoryError", "event-log")
+    assert "MemoryError" in f.title and "ulimit -v" in f.hints[0]
+
+
+def test_a_memoryerror_traceback_in_a_log_is_a_host_oom_and_a_cuda_oom_is_not():
+    # What that demo printed: torchrun's output with rank 1's MemoryError traceback, no run directory.
+    [f] = _findings(LOGS.parent / "inject" / "oom_console.log")
+    assert f.ranks == (1,) and f.evidence["source"] == "python" and f.evidence["exc_type"] == "MemoryError"
+    assert not [f for f in _findings(LOGS / "cuda_oom_variants.log") if f.evidence["source"] == "python"]

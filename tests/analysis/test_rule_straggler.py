@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 from rundata import common, header, write_rank
 
@@ -81,3 +83,13 @@ def test_unequal_gpus_per_node_in_the_headers_add_the_same_gpus_everywhere_remed
                    + _phases(rank, durations))
     [f] = straggler.check(load_evidence([tmp_path]), straggler.Config())
     assert f.ranks == (2,) and f.hints[0] == straggler.HINT_NODES
+
+
+def test_the_reference_trainers_slow_rank_is_named_and_the_rank_waiting_for_it_is_not():
+    # demo --inject slow:rank=1,delay_s=0.5: rank 1 takes 0.5 s longer in rollout; rank 0 waits that long in
+    # reward's all_gather. Two ranks: "the others" of each is the other one.
+    run = Path(__file__).resolve().parents[1] / "data" / "inject" / "slow"
+    [f] = straggler.check(load_evidence([run]), straggler.Config())
+    assert (f.ranks, f.phase) == ((1,), "rollout")
+    rollout = f.evidence["phases"]["rollout"]
+    assert rollout["rank_median_s"] > 0.5 and rollout["others_median_s"] < 0.1 and rollout["late_s"] > 0.45

@@ -275,3 +275,33 @@ def test_rank_lists_are_compressed():
     assert format_ranks([8, 0, 1, 2, 3, 4, 5, 6]) == "0-6,8"
     assert format_ranks([3]) == "3"
     assert odd_ranks([]) == [] and culprit_ranks([]) == []
+
+
+def test_grpo_doctors_own_threads_are_kept_in_the_raw_capture_but_left_out_of_the_text_shown(tmp_path):
+    prog = write_program(tmp_path, """
+        import sys, time
+        import grpo_doctor as gd
+        gd.init(run_dir=sys.argv[1])
+        with gd.phase("reward"):
+            print("ready", flush=True)
+            time.sleep(3600)
+    """, name="instrumented.py")
+    proc = subprocess.Popen([sys.executable, str(prog), str(tmp_path / "run")], env=clean_env(RANK="0"),
+                            cwd=tmp_path, stdout=subprocess.PIPE, text=True)
+    try:
+        _wait_until_blocked(proc, tmp_path / "unused", "rollout")
+        [cap] = capture_stacks({0: proc.pid}, tmp_path / "stacks")
+    finally:
+        _stop([proc])
+    assert cap.ok, cap.error
+    assert {"grpo-doctor-flush", "MainThread"} <= {t.name for t in cap.threads}  # the raw capture keeps all
+    shown = (tmp_path / "stacks" / "rank-00000.txt").read_text()
+    assert '"MainThread"' in shown and "grpo-doctor-" not in shown and "sink.py" not in shown
+    assert [t.name for t in cap.without_own_threads().threads] == ["MainThread"]
+
+
+def test_a_pasted_dump_without_thread_names_drops_threads_inside_grpo_doctors_rank_package():
+    own = ThreadStack(12, "", False, (Frame("wait", "threading.py", 331), Frame("_run", "grpo_doctor/rank/sink.py", 88)))
+    main = ThreadStack(11, "", False, (Frame("sleep_forever", "train.py", 5),))
+    cap = StackCapture(0, 11, "node-0", None, (main, own))
+    assert cap.without_own_threads().threads == (main,)
