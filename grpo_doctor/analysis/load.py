@@ -18,8 +18,10 @@ Tables (pandas, only inside analysis/ and report/):
               peak_allocated_bytes, inactive_split_bytes, free_bytes, total_bytes
   samples:    watch's samples.jsonl: host, kind ("gpu" | "proc"), t, and the sample's fields
   rollouts, rng, completions: rollout_tables.py (hashes stay in `rollout_records`)
-TRL / ms-swift metric logs (metric_logs.py) add `steps` rows with source "trl" / "ms-swift" in
-metric_names.py's vocabulary; event-log rows have source "grpo-doctor" and the trainer's own names.
+Framework metrics (metric_files.py: TRL's trainer_state.json, ms-swift's logging.jsonl, verl's file
+logger, W&B exports, TensorBoard event files; console_metrics.py: metric lines printed in any raw log)
+add `steps` rows with the framework as source, in metric_names.py's vocabulary; event-log rows have
+source "grpo-doctor" and the trainer's own names.
 Times (`t`, `begin_t`, `end_t`) are wall seconds on one clock: hosts found skewed (see clock.py)
 are shifted to the host of the lowest rank, and `clock_offsets` says by how much.
 
