@@ -20,6 +20,8 @@ Typical use:
         print(line)
     culprit_ranks(groups)       # [7]: not in a collective while the others wait in one
     compare_captures(captures, capture_stacks(targets, out_dir2))   # {0: "stuck", 7: "moving", ...}
+    call = collective_call(captures[7].main_thread().frames)   # also works on traceback_frames(error.traceback)
+    call.op, call.site                                          # "broadcast_object_list", "inject.py:190"
 """
 from __future__ import annotations
 

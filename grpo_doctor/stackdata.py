@@ -11,6 +11,8 @@ Typical use:
             Frame("train_step", "train.py", 88))),))
     assert StackCapture.from_dict(json.loads(json.dumps(cap.to_dict()))) == cap
     cap.main_thread().frames[0].function  # "all_reduce"
+    cap.without_own_threads()             # the same without grpo-doctor's flush and signal threads
+    traceback_frames(error.traceback)     # a recorded exception's frames, innermost first, as Frames
 """
 from __future__ import annotations
 

@@ -34,6 +34,7 @@ from grpo_doctor.supervisor.live_scan import LiveScan
 from grpo_doctor.supervisor.output import OutputTee
 from grpo_doctor.supervisor.progress import HangPolicy, ProgressTracker
 from grpo_doctor.supervisor.sampler import Sampler, shows_work
+from grpo_doctor.supervisor.stall import StallSchedule
 from grpo_doctor.supervisor.seeds import SeedCheck
 
 HANG_EXIT = 124  # the job hung and watch ended it (--on-hang kill), as timeout(1) reports
@@ -72,7 +73,7 @@ class Watch:
         self._interrupts = 0
         self._last_output_mono = time.monotonic()
         self._last_busy_mono = time.monotonic()  # last time a rank used CPU or was not yet measured
-        self._reported_stall: tuple | None = None
+        self.stalls = StallSchedule()
         self._internal_errors: set[type] = set()
         self._write_errors: set[int | None] = set()  # errnos already said
 
@@ -206,10 +207,16 @@ class Watch:
         self.console.note(f"rank {rank} {self.gone[rank]}")
 
     def _hung(self, now: float) -> bool:
+        """Every running rank has stalled, and this stall is due a look (see stall.StallSchedule)."""
         running = [r for r in self.tracker.running() if r not in self.gone]
         if running:
             stalled = self.tracker.stalled(now)
-            return all(r in stalled for r in running) and self._reported_stall != self._stall_key()
+            if not all(r in stalled for r in running):
+                return False
+            # Records are the progress of an instrumented rank: one that stalls but keeps printing
+            # is the same stall, looked at again only as it grows.
+            key = tuple(sorted((r, p.num_records) for r, p in self.tracker.ranks.items()))
+            return self.stalls.due(key, min(stalled.values()))
         live = [r for r in self.rank_pids if r not in self.gone]
         if not live:
             return False
@@ -219,14 +226,10 @@ class Watch:
         if any(shows_work(self.sampler.latest(r)) for r in live):
             self._last_busy_mono = now
         quiet_since = max(self._last_output_mono, self._last_busy_mono)
-        return now - quiet_since >= self.opts.uninstrumented_timeout_s and self._reported_stall != self._stall_key()
-
-    def _stall_key(self) -> tuple:
-        """Changes whenever any rank makes progress, so each distinct stall is reported once."""
-        return tuple(sorted((r, p.num_records) for r, p in self.tracker.ranks.items())) + (int(self._last_output_mono),)
+        idle_s = now - quiet_since
+        return idle_s >= self.opts.uninstrumented_timeout_s and self.stalls.due(("quiet", quiet_since), idle_s)
 
     def _investigate(self) -> HangReport:
-        self._reported_stall = self._stall_key()
         pids = {r: p for r, p in self.rank_pids.items() if r not in self.gone}
         self.console.note(f"no progress from any running rank; taking the stacks of rank(s) {sorted(pids)}")
         report = investigate(

@@ -40,7 +40,12 @@ HINT_TIMEOUT = ("Make a hang end in an error instead of waiting: keep the collec
                 "legitimate wait (generation, evaluation, checkpoint saving) and not far above it; "
                 + remedies.COLLECTIVE_TIMEOUTS + ".")
 HINT_PROBE = "Test connectivity between nodes before training (grpo-doctor probe) and scale up from one node."
-HINTS = (HINT_STACKS, HINT_LAUNCH, HINT_FR, HINT_TIMEOUT, HINT_PROBE)
+# For a hang read from the rank records alone: no stacks were taken, so say how to get them.
+HINT_NO_STACKS = ("No stacks were taken: run the job under `grpo-doctor watch -- <your launch command>` (it takes "
+                  "every rank's py-spy stack when progress stops), or `py-spy dump --pid <pid>` on the named rank "
+                  "while it hangs, to see the line it is stuck on: a reward function, a data loader, a request to a "
+                  "rollout server, or a collective the others never reach.")
+HINTS = (HINT_STACKS, HINT_LAUNCH, HINT_FR, HINT_TIMEOUT, HINT_PROBE, HINT_NO_STACKS)
 
 
 def hints_for(run: Evidence) -> tuple[str, ...]:
@@ -154,7 +159,7 @@ def _from_rank_records(run: Evidence, cfg: Config) -> Iterator[Finding]:
     hosts = sorted({h for r in culprits if (h := positions[r].host)})
     yield Finding(
         id=ID, severity="critical",
-        title=(f"hang: rank(s) {format_ranks(culprits)} stayed in {lead.open_path} at step {lead.step} for "
+        title=(f"rank(s) {format_ranks(culprits)} stayed in {lead.open_path} at step {lead.step} for "
                f"{idle_s[culprits[0]]:.0f} s without progress; rank(s) {format_ranks(waiting)} timed out{after} "
                f"waiting for it{what}"),
         ranks=tuple(culprits), hosts=tuple(hosts), step=lead.step, phase=lead.open_path,
@@ -166,5 +171,5 @@ def _from_rank_records(run: Evidence, cfg: Config) -> Iterator[Finding]:
                   "waiting_errors": {r: f.message[:300] for r, f in sorted(timeouts.items())},
                   "ended": {r: positions[r].end_signal or positions[r].end_reason or "no end record"
                             for r in culprits}},
-        hints=hints_for(run),
+        hints=(HINT_NO_STACKS, *(h for h in hints_for(run) if h != HINT_STACKS)),
     )
