@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -343,5 +344,20 @@ class RunPaths:
     def supervisor(self) -> Path:
         return self.root / "supervisor"
 
+    def supervisor_host(self, host: str) -> Path:
+        """supervisor/<host>/, the host name made safe as one path component (see host_dir_name)."""
+        return self.supervisor / host_dir_name(host)
+
     def rank_file(self, rank: int) -> Path:
         return self.ranks / f"rank-{rank:05d}.jsonl"
+
+
+_UNSAFE_IN_NAME = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def host_dir_name(host: str) -> str:
+    """A host name as one safe path component: characters other than letters, digits, '.', '_' and
+    '-' become '_' (a '/' in a host name must not write outside the run directory), and '', '.'
+    and '..' become '_'."""
+    name = _UNSAFE_IN_NAME.sub("_", host)[:255]
+    return "_" if name in ("", ".", "..") else name

@@ -17,7 +17,7 @@ from grpo_doctor.cli.errors import UserError
 from grpo_doctor.schema import DEFAULT_RUNS_ROOT, RUN_DIR_ENV
 from grpo_doctor.supervisor.launch import LaunchError
 from grpo_doctor.supervisor.progress import HangPolicy
-from grpo_doctor.supervisor.watch import HANG_EXIT, Watch, WatchOptions
+from grpo_doctor.supervisor.watch import HANG_EXIT, RunDirBusy, Watch, WatchOptions
 
 COMMAND_NOT_FOUND_EXIT = 127
 
@@ -83,6 +83,8 @@ def run(args) -> int:
     except LaunchError as exc:
         print(f"grpo-doctor: error: {exc}\n  hint: {exc.hint}", file=sys.stderr)
         return COMMAND_NOT_FOUND_EXIT
+    except RunDirBusy as exc:
+        raise UserError(str(exc), exc.hint) from None
     if not args.no_report:
         _report_at_end(run_dir)
     return status

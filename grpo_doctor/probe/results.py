@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grpo_doctor.schema import host_dir_name
+
 PROBE_SCHEMA_VERSION = 1
 COLLECTIVES_FILE = "collectives.json"
 
@@ -34,7 +36,7 @@ def probe_dir(run_dir: Path) -> Path:
 
 
 def node_file_name(node_rank: int, host: str) -> str:
-    return f"node-{node_rank:03d}-{host}.json"
+    return f"node-{node_rank:03d}-{host_dir_name(host)}.json"
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:

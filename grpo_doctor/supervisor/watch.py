@@ -44,6 +44,14 @@ PIPE_BYTES = 2**20  # the job's output pipes: 20 ms of output at 50 MB/s, so a b
 SWITCH_INTERVAL_S = 0.0005  # the tee threads get the GIL back from the scanner within this
 
 
+class RunDirBusy(Exception):
+    """Another watch on this host already supervises a job into this run directory."""
+
+    def __init__(self, message: str, hint: str) -> None:
+        super().__init__(message)
+        self.hint = hint
+
+
 @dataclass(frozen=True)
 class WatchOptions:
     command: list[str]
@@ -62,7 +70,7 @@ class Watch:
         self.opts = opts
         self.paths = RunPaths(opts.run_dir)
         self.host = socket.gethostname()
-        self.sup_dir = self.paths.supervisor / self.host
+        self.sup_dir = self.paths.supervisor_host(self.host)
         self.console = console or Console(sys.stderr.isatty())
         self.tracker = ProgressTracker(self.paths, opts.policy)
         self.seeds = SeedCheck()
@@ -84,6 +92,7 @@ class Watch:
         # A run directory that cannot be written (read-only, full, missing parent we may not create)
         # costs supervision its records, never the job its start.
         self._record_write("the run directory", lambda: self.sup_dir.mkdir(parents=True, exist_ok=True))
+        self._claim_host_dir()
         self._record_write("run.json", lambda: self._write_run_json(added))
         self.tree = ProcessTree.start(self.opts.command, env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         self.console.note(f"watching pid {self.tree.pid}; run directory {self.paths.root}")
@@ -142,6 +151,24 @@ class Watch:
         return exit_status
 
     # -- pieces -----------------------------------------------------------------------------
+
+    def _claim_host_dir(self) -> None:
+        """One watch per host and run directory: a second would mix its pids and hangs into the first's
+        files. The lock is held until watch exits (the kernel drops it even after SIGKILL)."""
+        try:
+            self._lock_file = open(self.sup_dir / ".watch.lock", "a+")  # noqa: SIM115 - held for watch's life
+        except OSError:
+            return  # an unwritable run directory: nothing of ours can collide there
+        try:
+            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._lock_file.seek(0)
+            owner = self._lock_file.read().strip() or "another process"
+            raise RunDirBusy(f"{self.sup_dir} is already watched on this host by {owner}",
+                             "give this job its own --run-dir (several nodes may share one; one watch per node)") from None
+        self._lock_file.truncate(0)
+        self._lock_file.write(f"grpo-doctor watch pid {os.getpid()}")
+        self._lock_file.flush()
 
     def _record_write(self, what: str, write) -> bool:
         """Runs one write into the run directory; a failure (ENOSPC, EROFS, EACCES) is said once per
@@ -283,7 +310,7 @@ class Watch:
                 "pid": os.getpid(), "env_set_by_watch": env_added, "hang_policy": asdict(self.opts.policy),
                 "on_hang": self.opts.on_hang,
             }
-            partial = run_json.with_suffix(f".{self.host}.tmp")
+            partial = run_json.with_suffix(f".{self.sup_dir.name}.tmp")
             partial.write_text(json.dumps(data, indent=2))
             partial.replace(run_json)
 

@@ -83,3 +83,40 @@ def test_a_read_only_run_directory_still_starts_the_job(small_disk):
     assert "Traceback" not in out.stderr
     assert "Read-only file system" in out.stderr
     assert not os.listdir(disk)
+
+
+def test_a_second_watch_on_the_same_run_directory_refuses_in_one_line_and_the_first_job_goes_on(tmp_path):
+    run_dir = tmp_path / "run"
+    first = subprocess.Popen([sys.executable, "-m", "grpo_doctor.cli.main", "watch", "--run-dir", str(run_dir),
+                              "--no-report", "--", sys.executable, "-c",
+                              "import time; time.sleep(4); print('first done')"],
+                             env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        lock = next(iter(run_dir.glob("supervisor/*/.watch.lock")), None)
+        for _ in range(100):  # the first watch has claimed the directory once its lock names it
+            if lock is not None and lock.read_text().startswith("grpo-doctor watch pid"):
+                break
+            subprocess.run(["sleep", "0.1"])
+            lock = next(iter(run_dir.glob("supervisor/*/.watch.lock")), None)
+        second = _watch(run_dir, "print('second ran')")
+        assert second.returncode == 2 and "second ran" not in second.stdout
+        message, hint = second.stderr.strip().splitlines()
+        assert message.startswith("grpo-doctor: error: ") and f"is already watched on this host by grpo-doctor watch pid {first.pid}" in message
+        assert "--run-dir" in hint
+    finally:
+        out, _ = first.communicate(timeout=60)
+    assert first.returncode == 0 and out == "first done\n"
+
+
+def test_a_host_name_with_a_slash_stays_inside_the_run_directory(tmp_path):
+    run_dir = tmp_path / "deep" / "run"
+    launcher = ("import runpy, socket, sys; socket.sethostname('../../evil/host'); "
+                f"sys.argv = ['grpo-doctor', 'watch', '--run-dir', {str(run_dir)!r}, '--no-report', '--', "
+                "sys.executable, '-c', 'print(1)']; runpy.run_module('grpo_doctor.cli.main', run_name='__main__')")
+    out = subprocess.run(["unshare", "--uts", sys.executable, "-c", launcher], env=clean_env(), capture_output=True,
+                         text=True, timeout=60)
+    if out.returncode != 0 and "unshare" in out.stderr and "Operation not permitted" in out.stderr:
+        pytest.skip("needs a UTS namespace (root) to give the host a hostile name")
+    assert out.returncode == 0, out.stderr
+    assert [p.name for p in (run_dir / "supervisor").iterdir()] == [".._.._evil_host"]
+    assert not (tmp_path / "evil").exists() and not (tmp_path / "deep" / "evil").exists()

@@ -3,7 +3,9 @@
 Two sources. watch's hang reports (supervisor/<host>/hang-N.json), made while the job hung, with
 every rank's stack. Without watch, the rank records alone: another rank raised a collective timeout
 (gloo's "Timed out waiting 20000ms", NCCL's watchdog) while this rank sat in an open phase without
-progress for (nearly) the whole timeout.
+progress for (nearly) the whole timeout; or nobody raised, every rank stood still for `min_idle_s`
+until the job was stopped from outside (a time limit, Ctrl-C), and this rank was still in a phase
+that every other rank had completed in that step.
 
 Evidence keys: `source` ("watch" or "event-log"), `culprits` (ranks the others wait for),
 `open_phases` ({rank: open phase path}), `steps` ({rank: last step}), `max_idle_s` (longest time
@@ -25,7 +27,7 @@ from grpo_doctor.analysis.collective_sites import mismatched_sites
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.hang_stacks import culprit_evidence, hang_captures, main_frames
 from grpo_doctor.analysis.load import Evidence
-from grpo_doctor.analysis.rank_progress import collective_failures, rank_positions
+from grpo_doctor.analysis.rank_progress import collective_failures, completed, rank_positions
 from grpo_doctor.rankset import format_ranks
 from grpo_doctor.stack_groups import collective_call
 
@@ -130,11 +132,13 @@ def _code_clause(code: dict[int, dict]) -> str:
 
 
 def _from_rank_records(run: Evidence, cfg: Config) -> Iterator[Finding]:
-    """A rank open in a phase for the whole time another rank waited in a collective until it timed out."""
+    """A rank open in a phase for the whole time another rank waited in a collective until it timed out;
+    or, where nobody timed out, a job stopped from outside after every rank stood still."""
     positions = rank_positions(run)
     failures = collective_failures(run, positions)
     timeouts = {r: f for r, f in failures.items() if f.kind == "timeout"}
     if not timeouts:
+        yield from _stopped_while_hung(run, cfg, positions)
         return
     gave_up_t = min(f.t for f in timeouts.values())
     timeout_values_ms = [f.timeout_ms for f in timeouts.values() if f.timeout_ms]
@@ -151,24 +155,57 @@ def _from_rank_records(run: Evidence, cfg: Config) -> Iterator[Finding]:
             idle_s[rank] = round(max(pos.ended_t or gave_up_t, gave_up_t) - pos.last_progress_t, 1)
     if not culprits:
         return
-    lead = positions[culprits[0]]
     waiting = sorted(timeouts)
     first = timeouts[waiting[0]]
     what = f" in {first.call.op} ({first.call.site})" if first.call else " in a collective"
     after = f" after {first.timeout_ms} ms" if first.timeout_ms else ""
+    yield _event_log_finding(run, positions, culprits, waiting, idle_s,
+                             f"rank(s) {format_ranks(waiting)} timed out{after} waiting for it{what}",
+                             {"timeout_ms": first.timeout_ms,
+                              "waiting_calls": {r: f.call.to_dict() if f.call else None
+                                                for r, f in sorted(timeouts.items())},
+                              "waiting_errors": {r: f.message[:300] for r, f in sorted(timeouts.items())}})
+
+
+def _stopped_while_hung(run: Evidence, cfg: Config, positions: dict) -> Iterator[Finding]:
+    """No rank raised: the job was stopped from outside (a scheduler's time limit, Ctrl-C) after every rank
+    had gone `min_idle_s` without progress. The ranks still in a phase that every other rank completed in
+    that step are the ones the others waited for."""
+    if not positions or any(p.error is not None or p.end_reason in ("exit", "shutdown", "exception")
+                            for p in positions.values()):
+        return
+    if not any(p.end_reason == "signal" for p in positions.values()):
+        return  # nothing says the job is over: it may still be running
+    idle_s = {r: round(p.ended_t - p.last_progress_t, 1) for r, p in positions.items()
+              if p.ended_t is not None and p.last_progress_t is not None}
+    if len(idle_s) < len(positions) or min(idle_s.values()) < cfg.min_idle_s:
+        return
+    culprits = [r for r, p in positions.items() if p.open_path is not None
+                and all(completed(run, o, p.open_path, p.step) for o in positions if o != r)]
+    if not culprits or len(culprits) == len(positions):
+        return
+    waiting = sorted(r for r in positions if r not in culprits)
+    signals = sorted({p.end_signal or "killed" for p in positions.values()})
+    yield _event_log_finding(run, positions, culprits, waiting, {r: idle_s[r] for r in culprits},
+                             f"rank(s) {format_ranks(waiting)} waited for it in "
+                             f"{', '.join(sorted({positions[r].open_path or '-' for r in waiting}))} until the job "
+                             f"was stopped from outside ({', '.join(signals)})",
+                             {"timeout_ms": None, "waiting_calls": {}, "waiting_errors": {}})
+
+
+def _event_log_finding(run: Evidence, positions: dict, culprits: list[int], waiting: list[int],
+                       idle_s: dict[int, float], what_others_did: str, extra: dict) -> Finding:
+    lead = positions[culprits[0]]
     hosts = sorted({h for r in culprits if (h := positions[r].host)})
-    yield Finding(
+    return Finding(
         id=ID, severity="critical",
         title=(f"rank(s) {format_ranks(culprits)} stayed in {lead.open_path} at step {lead.step} for "
-               f"{idle_s[culprits[0]]:.0f} s without progress; rank(s) {format_ranks(waiting)} timed out{after} "
-               f"waiting for it{what}"),
+               f"{idle_s[culprits[0]]:.0f} s without progress; {what_others_did}"),
         ranks=tuple(culprits), hosts=tuple(hosts), step=lead.step, phase=lead.open_path,
         evidence={"source": "event-log", "culprits": culprits, "waiting_ranks": waiting,
                   "open_phases": {r: p.open_path for r, p in positions.items()},
                   "steps": {r: p.step for r, p in positions.items()},
-                  "max_idle_s": max(idle_s.values()), "idle_s": idle_s, "timeout_ms": first.timeout_ms,
-                  "waiting_calls": {r: f.call.to_dict() if f.call else None for r, f in sorted(timeouts.items())},
-                  "waiting_errors": {r: f.message[:300] for r, f in sorted(timeouts.items())},
+                  "max_idle_s": max(idle_s.values()), "idle_s": idle_s, **extra,
                   "ended": {r: positions[r].end_signal or positions[r].end_reason or "no end record"
                             for r in culprits}},
         hints=(HINT_NO_STACKS, *(h for h in hints_for(run) if h != HINT_STACKS)),
