@@ -27,6 +27,36 @@ def clean_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def tree_pids(pid: int) -> set[int]:
+    """The pids of every live descendant of `pid` (watch is the subreaper: double-forked daemons too)."""
+    import psutil
+
+    try:
+        return {p.pid for p in psutil.Process(pid).children(recursive=True)}
+    except psutil.Error:
+        return set()
+
+
+def still_alive(pids: set[int], timeout_s: float) -> set[int]:
+    """The pids still running (zombies count as gone) after waiting up to `timeout_s` for them to end."""
+    import time
+
+    import psutil
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        alive = set()
+        for pid in pids:
+            try:
+                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                    alive.add(pid)
+            except psutil.Error:
+                pass
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.1)
+
+
 def write_program(tmp_path: Path, source: str, name: str = "prog.py") -> Path:
     path = tmp_path / name
     path.write_text(textwrap.dedent(source))

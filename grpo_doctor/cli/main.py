@@ -12,6 +12,7 @@ import sys
 from grpo_doctor._version import __version__
 from grpo_doctor.cli import demo, probe, report, summary, watch
 from grpo_doctor.cli.errors import UserError
+from grpo_doctor.logs.terminal_text import terminal_safe
 
 SUBCOMMANDS = (watch, demo, summary, report, probe)
 
@@ -60,9 +61,10 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         if args.debug:
             raise
-        print(f"grpo-doctor: error: {exc}", file=sys.stderr)
+        # The message may repeat a value read from a file: escape sequences in it stay text.
+        print(f"grpo-doctor: error: {terminal_safe(exc)}", file=sys.stderr)
         if exc.hint:
-            print(f"  hint: {exc.hint}", file=sys.stderr)
+            print(f"  hint: {terminal_safe(exc.hint)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -15,6 +15,7 @@ import time
 
 from grpo_doctor.cli.errors import UserError
 from grpo_doctor.eventlog import RankLog, RunDirError, RunLog, load_run
+from grpo_doctor.logs.terminal_text import terminal_safe
 from grpo_doctor.schema import Memory, PhaseEnd, Record, Step
 
 
@@ -80,12 +81,13 @@ def format_summary(run: RunLog, rows: list[dict]) -> str:
     for r in rows:
         state = r["state"] if r["state"] != "signal" else f"signal {r['signal']}"
         lines.append(
-            f"{r['rank']:>4}  {(r['host'] or '?')[:16]:<16} {r['steps_done']:>5}  {state[:14]:<14} "
-            f"{(r['open_phase'] or '-')[:22]:<22} {_num(r['median_step_s']):>7}  "
+            f"{r['rank']:>4}  {terminal_safe(r['host'] or '?')[:16]:<16} {r['steps_done']:>5}  {state[:14]:<14} "
+            f"{terminal_safe(r['open_phase'] or '-')[:22]:<22} {_num(r['median_step_s']):>7}  "
             f"{_num(r['peak_host_rss_bytes'] and r['peak_host_rss_bytes'] / 2**20, 0):>8}  {r['error'] or ''}"
         )
     lines += [f"warning: {w}" for w in run.warnings]
-    return "\n".join(lines)
+    # Hosts, phases and errors come from the run: an escape sequence there stays text.
+    return "\n".join(terminal_safe(line) for line in lines)
 
 
 def _num(value, digits: int = 2) -> str:

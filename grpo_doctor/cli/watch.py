@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from grpo_doctor.cli.errors import UserError
+from grpo_doctor.logs.terminal_text import terminal_safe
 from grpo_doctor.schema import DEFAULT_RUNS_ROOT, RUN_DIR_ENV
 from grpo_doctor.supervisor.launch import LaunchError
 from grpo_doctor.supervisor.progress import HangPolicy
@@ -100,7 +101,7 @@ def _report_at_end(run_dir: Path, num_groups: int = 2) -> None:
     try:
         result, html_path, _ = write_report([run_dir])
     except Exception as exc:  # noqa: BLE001 - the job is over; nothing here may hide its status
-        print(f"grpo-doctor: no report ({type(exc).__name__}: {exc}); try: grpo-doctor report {run_dir}",
+        print(f"grpo-doctor: no report ({type(exc).__name__}: {terminal_safe(exc)}); try: grpo-doctor report {run_dir}",
               file=sys.stderr)
         return
     groups = group_findings(result.findings)

@@ -14,6 +14,18 @@ vLLM, SGLang and PyTorch):
         pid: 12529
         ip: 10.166.157.101
     The actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR Worker exit detail: ...
+    ray.exceptions.ActorDiedError: The actor died because of an error raised in its creation task, ray::lm_policy-0-2:
+        DTensorPolicyWorker.__init__() (pid=2791977, ip=10.65.6.13, actor_id=..., repr=DTensorPolicyWorker[rank=2])
+    (Worker pid=18211, ip=10.0.0.3) ray::lm_policy-1-5:Worker.__init__() (pid=18211, ..., repr=Worker[rank=13])
+        (the header Ray prints over a remote task's traceback; `[rank=N]` in the actor's repr names the rank)
+    Process EngineCore_0:            (multiprocessing's header over the engine process's traceback)
+    ERROR 05-05 07:35:19 [core.py:1136] EngineCore failed to start.
+    RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}
+    ERROR 04-29 00:53:54 [async_llm.py:399] AsyncLLM output_handler failed.
+    ERROR 07-29 10:00:00 [core_client.py:564] Engine core proc EngineCore_0 died unexpectedly, shutting down client.
+    Child process unexpectedly failed with an exit code 256. pid=97721   (SGLang: a raw wait status, 256 = exit 1)
+    W1229 16:43:25.650000 190834 .../agent/server/api.py:723] Received 1 death signal, shutting down workers
+        (torchrun's agent got a signal from outside: 1 SIGHUP, a closed terminal; Signals.SIGTERM, a scheduler)
 "CUDA error: out of memory" is a CUDA OOM (oom.py), not a fault. A CUDA fault is reported
 asynchronously: the line that raises it is often not where it happened (CUDA_LAUNCH_BLOCKING=1).
 
@@ -28,11 +40,22 @@ from __future__ import annotations
 import re
 from typing import Any
 
-# One of these is in every line the two parsers read (with "CUDA error", "died unexpectedly").
-KEYWORDS = ("CUDA error", "EngineCore encountered", "died unexpectedly", "Worker exit type", "ActorDiedError",
-            ", thread: [",  # a device-side assert's own line (see _KERNEL_ASSERT)
-            "EngineDeadError", "Fatal Python error", "received at time=")
+from grpo_doctor.logs.units import signal_name
+
+# With "CUDA error" (parse_cuda_fault), one of these is in every line `parse_worker_died` reads.
+DEATH_WORDS = ("EngineCore encountered", "died unexpectedly", "Worker exit type", "ActorDiedError", "EngineDeadError",
+               "Fatal Python error", "received at time=", "received by PID", "death signal", "ray::",
+               "Process EngineCore", "EngineCore failed to start", "Engine core initialization failed",
+               "output_handler failed", "unexpectedly failed with an exit code")
+# The pre-check's spellings (see detectors.KEYWORDS): each holds an anchor byte of
+# chunk_keywords.RARE_BYTES, so that no keyword costs a pass of its own over a file's bytes. A
+# line that `parse_worker_died` reads holds one of them: "Died"/"Dead" in the exception names
+# (and "ray::"), "x" in "exit" / "exceptions", "h" in "death signal" / "output_handler", "k" in
+# "unexpectedly", "y" in "ray::", "*" in the fatal-signal banners, "C" in "EngineCore".
+KEYWORDS = ("CUDA error", ", thread: [", "EngineCore", "Engine core", "unexpectedly", "Worker exit type", "DiedError",
+            "DeadError", "Fatal Python error", "*** SIG", "death signal", "ray::", "output_handler")
 ACTOR_START = "The actor died unexpectedly"
+CREATION_START = "raised in its creation task"  # "... its creation task, ray::Name.__init__() (pid=..., repr=...)"
 ACTOR_VOCABULARY = ("class_name", "actor_id", "pid:", "name:", "namespace", "ip:", "The actor is dead", "Worker exit")
 
 _CUDA = re.compile(r"CUDA error: (?!out of memory)([^\n.]+?)(?:\.|$| CUDA kernel errors| Compile with|\s+For debugging)")
@@ -43,9 +66,25 @@ _KERNEL_ASSERT = re.compile(r"\.cuh?:\d+: (\w+): block: \[[\d,]+\], thread: \[[\
 _EXC = re.compile(r"((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)(?:\([\w.]+\))?):")
 _ENGINE_EXC = re.compile(r"\b(?:[\w.]*\.)?(RayTaskError\(\w+\)|EngineDeadError|EngineGenerateError)\b")
 _RAY_EXC = re.compile(r"\b(?:ray\.exceptions\.)?(RayTaskError\(\w+\)|ActorDiedError|RayActorError)\b")
-_FATAL_SIGNAL = re.compile(r"\*\*\* (SIG[A-Z]+) received at time=|Fatal Python error: (Aborted|Segmentation fault|Bus error)")
+# absl's "*** SIGABRT received at time=1731234567 on cpu 3 ***", glog's "*** SIGSEGV (@0x0) received
+# by PID 4660 (TID ...) ...", faulthandler's "Fatal Python error: Aborted".
+_FATAL_SIGNAL = re.compile(r"\*\*\* (SIG[A-Z]+) (?:\(@[^)]*\) )?received (?:at time=|by PID)"
+                           r"|Fatal Python error: (Aborted|Segmentation fault|Bus error)")
 _FATAL_NAMES = {"Aborted": "SIGABRT", "Segmentation fault": "SIGSEGV", "Bus error": "SIGBUS"}
 _VLLM_WORKER = re.compile(r"Worker proc (\S+) died unexpectedly")
+# The V1 engine core's own ends: its process's traceback header, its failures to start, the
+# client's view of its death.
+_ENGINE_DEATHS = (
+    re.compile(r"^Process (EngineCore\w*):\s*$"),
+    re.compile(r"Engine core proc (\S+) died unexpectedly"),
+    re.compile(r"EngineCore failed to start|Engine core initialization failed|AsyncLLM output_handler failed"),
+)
+_AGENT_SIGNAL = re.compile(r"Received (?:Signals\.)?(SIG[A-Z]+|\d+) death signal, shutting down workers")
+_CHILD = re.compile(r"Child process unexpectedly failed with an exit code (-?\d+)\. pid=(\d+)")
+# Ray's header over a remote task's traceback: "ray::[actor name:]Class.method() (pid=N, ip=A[,
+# actor_id=...][, repr=...])"; a repr such as "DTensorPolicyWorker[rank=2]" names the rank.
+_RAY_TASK = re.compile(r"ray::(?:([\w.-]+):)?([\w.<>]+?)\.(\w+)\(\) \(pid=(\d+), ip=([^,)\s]+)")
+_REPR_RANK = re.compile(r"repr=[^\s,()]*?\[rank=(\d+)\]")
 _FIELD = re.compile(r"\b(class_name|pid|name|ip)[:=]\s*\[?([^\s\],)]+)")
 _EXIT_TYPE = re.compile(r"(?:Owner )?[Ww]orker exit type: (\w+)(?: Worker exit detail: (.*?)(?: There are some| Some common|$))?")
 
@@ -67,27 +106,61 @@ def parse_cuda_fault(text: str) -> dict[str, Any] | None:
 
 def parse_worker_died(text: str) -> dict[str, Any] | None:
     """A rollout engine, a Ray actor or a process that a fatal signal ended (faulthandler's "Fatal
-    Python error: Aborted", absl's "*** SIGABRT received at time=... ***" in Ray workers)."""
+    Python error: Aborted", absl's "*** SIGABRT received at time=... ***" in Ray workers), a child
+    process SGLang saw fail, or torchrun's agent stopped by a signal from outside."""
+    message = text.strip()[:300]
     signal = _FATAL_SIGNAL.search(text)
     if signal:
         name = signal.group(1) or _FATAL_NAMES.get(signal.group(2) or "", "fatal signal")
-        return {"component": "process", "exc_type": name, "message": text.strip()[:300]}
+        return {"component": "process", "exc_type": name, "message": message}
+    agent = _AGENT_SIGNAL.search(text) if "death signal" in text else None
+    if agent:
+        return {"component": "launcher-signal", "exc_type": _signal(agent.group(1)), "message": message}
+    child = _CHILD.search(text) if "unexpectedly failed" in text else None
+    if child:
+        return {"component": "child-process", "pid": int(child.group(2)), "message": message,
+                **_wait_status(int(child.group(1)))}
     if "EngineCore encountered" in text or "EngineDeadError" in text:
         exc = _ENGINE_EXC.search(text)
-        return {"component": "vllm-engine", "exc_type": exc.group(1) if exc else None,
-                "message": text.strip()[:300]}
+        return {"component": "vllm-engine", "exc_type": exc.group(1) if exc else None, "message": message}
+    for pattern in _ENGINE_DEATHS:
+        engine = pattern.search(text)
+        if engine:
+            exc = _EXC.search(text, 0, engine.start())
+            return {"component": "vllm-engine", "exc_type": exc.group(1) if exc else None, "message": message,
+                    "actor_name": engine.group(1) if pattern.groups else None}
     worker = _VLLM_WORKER.search(text)
     if worker:
-        return {"component": "vllm-worker", "actor_name": worker.group(1), "message": text.strip()[:300]}
-    if not any(word in text for word in ("died unexpectedly", "Worker exit type", "ActorDiedError")):
+        return {"component": "vllm-worker", "actor_name": worker.group(1), "message": message}
+    task = _RAY_TASK.search(text) if "ray::" in text else None
+    if not task and not any(word in text for word in ("died unexpectedly", "Worker exit type", "ActorDiedError")):
         return None
     exc = _RAY_EXC.search(text)
-    found: dict[str, Any] = {"component": "ray-actor", "exc_type": exc.group(1) if exc else None,
-                             "message": text.strip()[:300]}
+    found: dict[str, Any] = {"component": "ray-actor", "exc_type": exc.group(1) if exc else None, "message": message}
+    if task:
+        found.update(actor_name=task.group(1), class_name=task.group(2), pid=int(task.group(4)), ip=task.group(5))
+        if found["exc_type"] is None:  # the header alone: the exception follows under the traceback
+            found["exc_type"] = f"error in {task.group(2).rsplit('.', 1)[-1]}.{task.group(3)}()"
     for name, value in _FIELD.findall(text):
         key = {"name": "actor_name", "ip": "ip", "pid": "pid", "class_name": "class_name"}[name]
-        found.setdefault(key, int(value) if key == "pid" and value.isdigit() else value)
+        if found.get(key) is None:
+            found[key] = int(value) if key == "pid" and value.isdigit() else value
+    rank = _REPR_RANK.search(text)
+    if rank:
+        found["rank"] = int(rank.group(1))
     m = _EXIT_TYPE.search(text)
     if m:
         found["exit_type"], found["exit_detail"] = m.group(1), (m.group(2) or "").strip() or None
     return found
+
+
+def _signal(value: str) -> str:
+    """"SIGTERM" or a number ("1") as a signal name."""
+    return value if not value.isdigit() else signal_name(-int(value)) or f"signal {value}"
+
+
+def _wait_status(status: int) -> dict[str, Any]:
+    """os.waitpid's raw status as SGLang prints it: 256 is exit code 1, 9 is SIGKILL."""
+    if status & 0x7F:
+        return {"exitcode": -(status & 0x7F), "exc_type": signal_name(-(status & 0x7F))}
+    return {"exitcode": status >> 8, "exc_type": f"exit code {status >> 8}"}

@@ -43,8 +43,10 @@ FIELDS: dict[str, tuple[str, ...]] = {
     NCCL_WATCHDOG_STUCK: ("stuck_s", "rank", "pg", "pg_desc", "terminated"),
     # detail: "unhandled system error", "remote process exited or there was a network error", ...
     # error_code: the ncclXxxError line; address/bad_interface as in nccl-warn, from last_error.
+    # rank / pg / pg_desc: the process-group tag before the message ("[PG ID 0 PG GUID 0(default_pg)
+    # Rank 1] Process group watchdog thread terminated with exception: NCCL error: ...").
     NCCL_ERROR: ("detail", "file", "line", "nccl_version", "error_code", "last_error", "address", "port",
-                 "bad_interface"),
+                 "bad_interface", "rank", "pg", "pg_desc"),
     # host/pid/device: NCCL's own "host:pid:tid [dev]" header. bad_interface: the address is a
     # loopback, link-local or unspecified one, i.e. NCCL picked the wrong network interface
     # (None when the line names no address).
@@ -76,10 +78,13 @@ FIELDS: dict[str, tuple[str, ...]] = {
     CUDA_FAULT: ("error", "exc_type", "device_side_assert"),
     # component: "vllm-engine" (EngineCore fatal error / EngineDeadError, also wrapped in Ray),
     # "vllm-worker" ("Worker proc X died unexpectedly"), "ray-actor" (ActorDiedError, "Worker
-    # exit type") or "process" (a fatal signal: "Fatal Python error: Aborted", "*** SIGABRT received
-    # at time=..."; exc_type the signal); pid / ip / actor_name / class_name as Ray prints them.
+    # exit type", a remote task's "ray::Class.method() (pid=...)" header) or "process" (a fatal signal:
+    # "Fatal Python error: Aborted", "*** SIGABRT received at time=..."; exc_type the signal),
+    # "child-process" (SGLang's "Child process unexpectedly failed with an exit code 256": exitcode 1)
+    # or "launcher-signal" (torchrun's agent "Received 1 death signal": exc_type the signal);
+    # pid / ip / actor_name / class_name as Ray prints them; rank from an actor repr "Worker[rank=2]".
     WORKER_DIED: ("component", "exc_type", "message", "class_name", "actor_name", "pid", "ip", "exit_type",
-                  "exit_detail"),
+                  "exit_detail", "rank", "exitcode"),
     VLLM_MEMORY: ("kv_cache_bytes", "weights_bytes", "activation_peak_bytes", "non_torch_bytes", "peak_torch_bytes",
                   "total_gpu_bytes", "gpu_memory_utilization", "num_gpu_blocks", "num_cpu_blocks",
                   "kv_cache_tokens", "max_model_len", "max_concurrency", "no_cache_memory"),

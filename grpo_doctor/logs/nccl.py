@@ -123,6 +123,7 @@ def parse_nccl_error(text: str) -> dict[str, Any] | None:
              "nccl_version": m.group("version"), "error_code": code.group(1) if code else None,
              "last_error": last_error}
     found.update(_address(last_error or ""))
+    found.update(parse_pg_tag(text[:m.start()]))  # the tag before the error, not one quoted in its detail
     return found
 
 

@@ -6,7 +6,8 @@ has. Both wordings are read: torch >= 2.1 ("GPU 7 has a total capacity of ... of
 free. Process 1234 has ... memory in use. Of the allocated memory ...", with the 2.1 typo
 "capacty" and the newer PYTORCH_ALLOC_CONF hint) and torch <= 2.0 ("(GPU 0; 7.93 GiB total
 capacity; 130.35 MiB already allocated; 47.06 MiB free; 188.00 MiB reserved in total by PyTorch)").
-Also the sleep-mode allocators of inference engines (vLLM's "CUDA Error: out of memory at
+Ray's monitor also speaks through the killed task's error ("Task was killed due to the node
+running low on memory"). Also the sleep-mode allocators of inference engines (vLLM's "CUDA Error: out of memory at
 /workspace/csrc/cumem_allocator.cpp:62" in wake_up, SGLang's torch_memory_saver "CUresult error: 2
 (out of memory)"), and Ray's memory monitor in its three wordings.
 
@@ -53,6 +54,9 @@ _RAY = re.compile(
 _RAY_PID = re.compile(r"\bpid=(\d+)")
 _RAY_NAME = re.compile(r"\bname=([^,]+)")
 RAY_OOM_START = "Memory on the node"
+RAY_LOW_MEMORY = "killed due to the node running low on memory"
+_RAY_IP = re.compile(r"\bip: ([\d.]+|[0-9a-f:]+)\b")  # the actor's fields under an ActorDiedError
+_RAY_ACTOR_PID = re.compile(r"\bpid: (\d+)")
 RAY_OOM_END = "threshold of"
 # The raylet's summary of its memory monitor's kills, and the older wording of one kill.
 _RAY_PRESSURE = re.compile(r"(\d+) Workers \(tasks / actors\) killed due to memory pressure \(OOM\)"
@@ -129,6 +133,17 @@ def parse_ray_pressure(text: str) -> dict[str, Any] | None:
         return None
     return {"source": "ray", "node_ip": m.group(1), "used_bytes": to_bytes(m.group(2), "GB"),
             "total_bytes": to_bytes(m.group(3), "GB"), "threshold": float(m.group(4)), "num_killed": 1}
+
+
+def parse_ray_low_memory(text: str) -> dict[str, Any] | None:
+    """Ray's memory monitor as the killed task's error states it, without the node's numbers
+    ("Worker exit detail: Task was killed due to the node running low on memory.", also
+    ray.exceptions.OutOfMemoryError's first sentence when its details are cut off)."""
+    if RAY_LOW_MEMORY not in text or RAY_OOM_START in text:
+        return None  # "Memory on the node ... exceeds the memory usage threshold": parse_ray_oom's
+    ip, pid = _RAY_IP.search(text), _RAY_ACTOR_PID.search(text)
+    return {"source": "ray", "node_ip": ip.group(1) if ip else None, "pid": int(pid.group(1)) if pid else None,
+            "num_killed": 1}
 
 
 def parse_ray_oom(text: str) -> dict[str, Any] | None:

@@ -6,7 +6,8 @@ again inside the exception that follows (`torch.distributed.DistNetworkError: Th
 has failed to connect to any network address of (node-1, 29500). The client socket has ...`).
 One line gives one signature, however many phrases it repeats; the first host/port/errno wins.
 A store read that timed out ("[c10d] waitForInput: socket ... remote=[host]:port) timed out after
-300000ms", torch's older "Socket Timeout") is a `store-timeout`.
+300000ms", torch's older "Socket Timeout") is a `store-timeout`; torch <= 1.10's "connect() timed out.
+Original timeout was 60000 ms." a `client-connect-timeout`.
 
 Typical use:
     fields = parse_rendezvous("torch.distributed.DistStoreError: Timed out after 901 seconds waiting for "
@@ -21,7 +22,7 @@ from typing import Any
 from grpo_doctor.logs.units import duration_s
 
 # One of these is in every line `parse_rendezvous` reads.
-KEYWORDS = ("ocket", "joined", "endezvous", "Dist", "TCP client", "waitForInput")
+KEYWORDS = ("ocket", "joined", "endezvous", "Dist", "TCP client", "waitForInput", "connect() timed out")
 _EXCEPTIONS = ("DistStoreError", "DistNetworkError", "RendezvousConnectionError", "RendezvousTimeoutError")
 
 _CONNECT = re.compile(
@@ -47,6 +48,9 @@ _TCPSTORE_RETRY = re.compile(r"TCP client failed to connect/validate to host (?P
 _WAIT_REMOTE = re.compile(r"remote=\[?(?P<host>[^\s\]]*?)\]?:(?P<port>\d+)\)")
 _WAIT_TIMEOUT = re.compile(r"waitForInput: (?:socket|poll for socket).*?(?:timed out after (?P<ms>\d+)ms|likely a timeout)")
 _SOCKET_TIMEOUT = "Socket Timeout"
+# torch <= 1.10's TCPStore client ("RuntimeError: connect() timed out. Original timeout was 60000 ms.",
+# raised in the rendezvous backend's _create_tcp_store): it never reached the store's host.
+_OLD_CONNECT_TIMEOUT = re.compile(r"connect\(\) timed out\.(?: Original timeout was (?P<ms>\d+) ms)?")
 
 
 def parse_rendezvous(text: str) -> dict[str, Any] | None:
@@ -72,6 +76,11 @@ def parse_rendezvous(text: str) -> dict[str, Any] | None:
         if wait and wait.group("ms"):
             found.setdefault("timeout_s", int(wait.group("ms")) / 1000)
         found["store_timeout"] = True
+    old_connect = _OLD_CONNECT_TIMEOUT.search(text) if "connect() timed out" in text else None
+    if old_connect:
+        found["connect_timeout"] = True
+        if old_connect.group("ms"):
+            found.setdefault("timeout_s", int(old_connect.group("ms")) / 1000)
     store = _STORE.search(text)
     if store:
         found.update(timeout_s=float(store.group("after")), joined=int(store.group("joined")),
@@ -93,6 +102,8 @@ def _error_type(text: str, found: dict[str, Any]) -> str | None:
             return name
     if found.pop("store_timeout", False):
         return "store-timeout"
+    if found.pop("connect_timeout", False):
+        return "client-connect-timeout"
     if not found:
         return None
     return "client-connect-timeout" if "The client socket has timed out" in text else "client-connect-failed"

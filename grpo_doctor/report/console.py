@@ -3,7 +3,8 @@
 Root causes lead, each with its consequences indented under it, one line each; then the findings
 that stand alone, most severe first; then the warnings about the evidence. With no findings it
 says what was read and what could not be checked, so an unread file never passes for a healthy
-run. Standard library only: `grpo-doctor watch` imports it and must start light.
+run. Every line is made terminal-safe (`terminal_safe`): titles, phases, hosts and warnings carry
+run data, and an escape sequence in a phase name must not clear the screen. Standard library only: `grpo-doctor watch` imports it and must start light.
 
     CRITICAL hang: hang on vm: the other ranks wait for rank(s) 1 in rollout at step 2 (root cause)
              ranks 1; hosts vm; phase rollout; step 2
@@ -20,6 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from grpo_doctor.analysis.findings import Finding
+from grpo_doctor.logs.terminal_text import terminal_safe
 from grpo_doctor.rankset import format_ranks
 from grpo_doctor.report.coverage import coverage
 from grpo_doctor.report.incident_groups import group_findings
@@ -35,7 +37,8 @@ def format_findings(findings_file: Any) -> str:
     if not lines:
         lines = _no_findings_lines(findings_file)
     lines += [f"warning: {w}" for w in findings_file.warnings]
-    return "\n".join(lines)
+    # Line by line: a newline inside a title is escaped too, so it cannot forge a finding.
+    return "\n".join(terminal_safe(line) for line in lines)
 
 
 def _lead_lines(f: Finding, root: bool) -> list[str]:

@@ -2,7 +2,9 @@
 
 Every string from the run (completions, log lines, host names, paths, phase names) reaches the
 page through the template's `{{ }}` and so is escaped: a completion holding `<script>` renders as
-text. The page carries a Content-Security-Policy that allows no script and no network at all, so
+text. Bidi embeddings, overrides and isolates in any value are written as visible escapes
+(`\u202e`) before that, so a host name cannot reverse the text around it. The page carries a
+Content-Security-Policy that allows no script and no network at all, so
 it opens offline and a mistake in escaping still cannot run code.
 
 The page leads with the verdict and the findings: each root cause with its culprit's stack and the
@@ -18,10 +20,12 @@ import time
 from pathlib import Path
 
 import jinja2
+from markupsafe import Markup
 
 from grpo_doctor._version import __version__
 from grpo_doctor.analysis.findings import FindingsFile
 from grpo_doctor.analysis.load import Evidence
+from grpo_doctor.logs.terminal_text import without_bidi_controls
 from grpo_doctor.report import plots, sections
 from grpo_doctor.report.coverage import coverage
 from grpo_doctor.report.excerpts import log_excerpts
@@ -33,7 +37,7 @@ TEMPLATES = Path(__file__).parent / "templates"
 
 def render_html(evidence: Evidence, findings: FindingsFile) -> str:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
-                             undefined=jinja2.StrictUndefined, trim_blocks=False)
+                             undefined=jinja2.StrictUndefined, trim_blocks=False, finalize=_inert_bidi)
     cov = coverage(findings)
     blocks = finding_blocks(findings, evidence)
     return env.get_template("report.html.j2").render(
@@ -46,6 +50,16 @@ def render_html(evidence: Evidence, findings: FindingsFile) -> str:
         stacks=sections.stack_sections(evidence), environment=sections.environment_table(evidence),
         excerpts=log_excerpts(evidence.signature_rows), rollouts=rollout_section(evidence),
     )
+
+
+def _inert_bidi(value):
+    """Every `{{ }}` value on its way out: bidi controls written as escapes. Markup (a block the
+    template built) stays Markup; the escapes hold no character HTML gives a meaning to."""
+    if isinstance(value, Markup):
+        return Markup(without_bidi_controls(str(value)))
+    if isinstance(value, str):
+        return without_bidi_controls(value)
+    return value
 
 
 def render_report(evidence: Evidence, findings: FindingsFile, path: str | Path) -> Path:

@@ -3,7 +3,9 @@
 On a terminal the panel sits below the job's output: it is erased before each write of the
 job's bytes and drawn again after a complete line, so the job's output is never interleaved
 with it. Without a terminal (a log file, CI) there is no panel, only plain `grpo-doctor:` lines
-and a status line every `plain_every_s`.
+and a status line every `plain_every_s`. Notes and the panel carry run data (phase names, host
+names, stacks, matched output lines): they are made terminal-safe here, once for every caller, so
+an escape sequence in a phase name is shown as text; the job's own bytes pass unchanged.
 
 Typical use:
     console = Console(sys.stderr.isatty())
@@ -17,6 +19,8 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+
+from grpo_doctor.logs.terminal_text import terminal_safe
 
 MAX_PANEL_RANKS = 16
 
@@ -47,7 +51,7 @@ class Console:
             if not self._at_line_start:
                 sys.stderr.write("\n")
                 self._at_line_start = True
-            sys.stderr.write(f"grpo-doctor: {message}\n")
+            sys.stderr.write(f"grpo-doctor: {terminal_safe(message)}\n")
             sys.stderr.flush()
             self._draw()
 
@@ -56,7 +60,7 @@ class Console:
         for rank, step, phase, idle_s, gpu_bytes in list(rows)[:MAX_PANEL_RANKS]:
             gpu = f"{gpu_bytes / 2**30:.1f} GiB" if gpu_bytes else "-"
             idle = f"{idle_s:.0f}" if idle_s is not None else "-"
-            lines.append(f"{'':>30}{rank:>4}  {step if step is not None else '-':>4}  {(phase or '-')[:20]:<20}  {idle:>6}  {gpu}")
+            lines.append(f"{'':>30}{rank:>4}  {step if step is not None else '-':>4}  {terminal_safe(phase or '-')[:20]:<20}  {idle:>6}  {gpu}")
         if len(rows) > MAX_PANEL_RANKS:
             lines.append(f"{'':>30}... {len(rows) - MAX_PANEL_RANKS} more")
         with self._lock:

@@ -22,7 +22,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import psutil
 
@@ -53,6 +53,8 @@ def _child_setup() -> None:
 class ProcessTree:
     proc: subprocess.Popen
     subreaper: bool
+    # Children of watch that are not the job's (the guardian): never listed, never signalled.
+    outside: set[int] = field(default_factory=set)
 
     @classmethod
     def start(
@@ -110,7 +112,7 @@ class ProcessTree:
                 procs = [root, *root.children(recursive=True)]
             except psutil.Error:
                 return []
-        return [p for p in procs if _alive(p)]
+        return [p for p in procs if p.pid not in self.outside and _alive(p)]
 
     def forward(self, signum: int) -> None:
         """Send a signal to the launcher only (torchrun passes SIGINT/SIGTERM on to its workers)."""

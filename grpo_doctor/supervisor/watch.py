@@ -13,6 +13,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -28,6 +29,7 @@ from grpo_doctor.schema import RunPaths
 from grpo_doctor.supervisor.childenv import child_environment
 from grpo_doctor.supervisor.console import Console
 from grpo_doctor.supervisor.discovery import discover_ranks, is_alive
+from grpo_doctor.supervisor.guardian import TOKEN_ENV, Guardian
 from grpo_doctor.supervisor.hang import HangReport, investigate
 from grpo_doctor.supervisor.launch import ProcessTree, describe_exit
 from grpo_doctor.supervisor.live_scan import LiveScan
@@ -94,7 +96,15 @@ class Watch:
         self._record_write("the run directory", lambda: self.sup_dir.mkdir(parents=True, exist_ok=True))
         self._claim_host_dir()
         self._record_write("run.json", lambda: self._write_run_json(added))
+        # Every process the job starts inherits the token; the guardian ends them if watch is SIGKILLed.
+        env[TOKEN_ENV] = f"{os.getpid()}-{secrets.token_hex(8)}"
+        self.guardian = Guardian.start(env[TOKEN_ENV], grace_s=self.opts.grace_s)
+        if self.guardian is None:
+            self.console.note("could not start the guardian process: if watch is SIGKILLed, a daemon the job "
+                              "double-forked may outlive it")
         self.tree = ProcessTree.start(self.opts.command, env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        if self.guardian is not None:
+            self.tree.outside.add(self.guardian.proc.pid)
         self.console.note(f"watching pid {self.tree.pid}; run directory {self.paths.root}")
         for pipe in (self.tree.proc.stdout, self.tree.proc.stderr):
             _widen_pipe(pipe.fileno())
@@ -140,6 +150,8 @@ class Watch:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             self.tree.end(self.opts.grace_s)  # nothing of the tree outlives watch
+            if self.guardian is not None:
+                self.guardian.close()
             for tee in tees:
                 tee.join(timeout_s=5.0)
             self.sampler.stop(timeout_s=2.0)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from helpers import clean_env, write_program
+from helpers import clean_env, still_alive, tree_pids, write_program
 
 from grpo_doctor.supervisor.childenv import child_environment
 from grpo_doctor.supervisor.sampler import ProcSample, load_samples
@@ -142,6 +142,8 @@ def test_ctrl_c_to_watch_leaves_no_process_behind(tmp_path):
         while not list((run_dir / "ranks").glob("rank-*.jsonl")) and time.monotonic() < deadline:
             time.sleep(0.5)
         time.sleep(2)
+        pids = tree_pids(proc.pid)  # torchrun and both ranks: neither carries the run directory in its command
+        assert len(pids) >= 3, pids
         proc.send_signal(signal.SIGINT)
         time.sleep(1)
         proc.send_signal(signal.SIGINT)
@@ -150,8 +152,7 @@ def test_ctrl_c_to_watch_leaves_no_process_behind(tmp_path):
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode != 0
-    time.sleep(0.5)
-    assert not leftovers(str(run_dir))
+    assert still_alive(pids, timeout_s=5.0) == set()
 
 
 def test_exit_statuses_are_passed_through(tmp_path):
@@ -257,3 +258,26 @@ def test_a_record_with_a_malformed_step_does_not_stop_supervision(tmp_path):
               "time.sleep(3); print('finished')")
     out = run_watch(watch_cmd(tmp_path / "run") + [sys.executable, "-c", writer], tmp_path)
     assert out.returncode == 0 and out.stdout.strip() == "finished"
+
+
+def test_sigkill_of_watch_leaves_no_process_behind_not_even_a_setsid_daemon(tmp_path):
+    # The job double-forks a daemon into a session of its own, then waits.
+    job = ("import subprocess, sys, time; "
+           "subprocess.Popen(['setsid', sys.executable, '-c', 'import time; time.sleep(600)']); "
+           "print('started', flush=True); time.sleep(600)")
+    cmd = watch_cmd(tmp_path / "run", "--no-report") + [sys.executable, "-c", job]
+    proc = subprocess.Popen(cmd, env=clean_env(), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout.readline() == "started\n"
+        deadline = time.monotonic() + 30
+        while len(pids := tree_pids(proc.pid)) < 3 and time.monotonic() < deadline:  # job, setsid'd daemon, guardian
+            time.sleep(0.1)
+        job_pids = {p for p in pids if "guardian" not in " ".join(psutil.Process(p).cmdline())}
+        assert len(job_pids) >= 2, pids
+        proc.kill()
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert still_alive(job_pids, timeout_s=20.0) == set()
