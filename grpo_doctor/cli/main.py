@@ -12,7 +12,7 @@ import sys
 from grpo_doctor._version import __version__
 from grpo_doctor.cli import demo, probe, report, summary, watch
 from grpo_doctor.cli.errors import UserError
-from grpo_doctor.logs.terminal_text import terminal_safe
+from grpo_doctor.logs.terminal_text import show_warnings_terminal_safe, terminal_safe
 
 SUBCOMMANDS = (watch, demo, summary, report, probe)
 
@@ -53,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    show_warnings_terminal_safe()
     if args.command is None:
         parser.print_help()
         return 2

@@ -18,6 +18,7 @@ Typical use:
 from __future__ import annotations
 
 import re
+import warnings
 
 # C0 controls but the tab, DEL, C1 controls (U+009B is CSI on terminals that read 8-bit
 # controls), the bidi marks, embeddings, overrides and isolates, the line and paragraph
@@ -45,6 +46,21 @@ def without_bidi_controls(text: str) -> str:
     if _BIDI_CONTROLS.search(text) is None:
         return text
     return _BIDI_CONTROLS.sub(_escape, text)
+
+
+def show_warnings_terminal_safe() -> None:
+    """Warnings printed from here on are terminal-safe, line by line. Libraries repeat run data in
+    theirs: matplotlib's "Glyph 27 (\x1b) missing from font" holds the very character of a phase
+    name it could not draw. For the CLI process only; a second call changes nothing."""
+    original = warnings.formatwarning
+    if getattr(original, "terminal_safe", False):
+        return
+
+    def formatwarning(*args, **kwargs) -> str:
+        return "\n".join(terminal_safe(line) for line in original(*args, **kwargs).split("\n"))
+
+    formatwarning.terminal_safe = True  # type: ignore[attr-defined]
+    warnings.formatwarning = formatwarning
 
 
 def _escape(match: re.Match[str]) -> str:
