@@ -17,11 +17,14 @@ from __future__ import annotations
 import contextlib
 import gc
 import json
+import os
 import re
+import stat
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grpo_doctor.field_checks import MAX_WORLD_SIZE, sane_world_size, wrong_field
 from grpo_doctor.rankset import format_ranks
 from grpo_doctor.schema import (
     SCHEMA_VERSION,
@@ -76,6 +79,7 @@ class RankLog:
     records: list[Record | UnknownRecord] = field(default_factory=list)
     num_bad_lines: int = 0
     first_bad_line: int | None = None
+    first_bad_reason: str | None = None  # what was wrong with the first bad line, when known
     truncated_tail: bool = False  # the last line had no newline: the process died mid-write
     pids: set[int] = field(default_factory=set)
     _index: _RecordIndex | None = field(default=None, init=False, repr=False, compare=False)
@@ -132,13 +136,14 @@ class RankLog:
         """Errors of the latest attempt."""
         return list(self._indexed().attempt_errors)
 
-    def count_bad_line(self, line_number: int, complete: bool) -> None:
+    def count_bad_line(self, line_number: int, complete: bool, reason: str | None = None) -> None:
         """A line that is no record: counted, the first remembered; an unfinished last line is a
         process that died mid-write."""
         if not complete:
             self.truncated_tail = True
         self.num_bad_lines += 1
-        self.first_bad_line = self.first_bad_line or line_number
+        if self.first_bad_line is None:
+            self.first_bad_line, self.first_bad_reason = line_number, reason
 
     def absorb(self, other: RankLog) -> None:
         """Take in another file of the same rank (one directory per node, a rank restarted elsewhere)."""
@@ -202,7 +207,9 @@ class RunLog:
 
     @property
     def world_size(self) -> int | None:
-        sizes = {log.header.world_size for log in self.ranks.values() if log.header}
+        """The largest world size the ranks' headers give, of those within MAX_WORLD_SIZE (a larger
+        one is corruption, warned about, and must not size anything)."""
+        sizes = {log.header.world_size for log in self.ranks.values() if log.header and sane_world_size(log.header)}
         return max(sizes) if sizes else None
 
     @property
@@ -236,7 +243,7 @@ def load_run(paths: Sequence[str | Path], read_files: RankFilesReader | None = N
     if not paths:
         raise RunDirError("no run directory given", "pass the run directory that watch or the trainer printed")
     run = RunLog(dirs=[Path(p) for p in paths])
-    files = [rank_file for path in run.dirs for rank_file in _rank_files(path)]
+    files = [rank_file for path in run.dirs for rank_file in _rank_files(path, run.warnings)]
     with paused_gc():
         for rank_file, log in zip(files, (read_files or _read_one_by_one)(files), strict=True):
             if isinstance(log, OSError):
@@ -272,19 +279,64 @@ def paused_gc() -> Iterator[None]:
             gc.enable()
 
 
-def _rank_files(path: Path) -> list[Path]:
-    if not path.exists():
-        raise RunDirError(f"{path} does not exist", "check the path; run directories are printed at start-up")
-    if path.is_file():
+def _rank_files(path: Path, warnings: list[str]) -> list[Path]:
+    """The rank files of a run directory, or `path` itself when it is a file. What is no regular
+    file (a FIFO would block the reader forever, a device never end) is skipped with a warning."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise RunDirError(f"{path} does not exist", "check the path; run directories are printed at start-up") from None
+    except OSError as exc:
+        raise RunDirError(f"{path} cannot be read ({exc.strerror})", "check its permissions") from None
+    if stat.S_ISREG(mode):
         return [path]
+    if not stat.S_ISDIR(mode):
+        raise RunDirError(f"{path} is {special_file_kind(mode)}, not a rank file or run directory",
+                          "pass a run directory written by grpo-doctor, or one of its ranks/rank-*.jsonl files")
     ranks_dir = RunPaths(path).ranks
-    files = sorted(ranks_dir.glob("rank-*.jsonl")) if ranks_dir.is_dir() else []
+    try:
+        names = sorted(entry for entry in os.listdir(ranks_dir) if RANK_FILE_GLOB.match(entry))
+    except FileNotFoundError:
+        names = []
+    except OSError as exc:  # not a directory, or not readable by this user
+        raise RunDirError(f"{ranks_dir} cannot be read ({exc.strerror})",
+                          "check that directory's permissions (the user running grpo-doctor must read it)") from None
+    files = regular_files([ranks_dir / name for name in names], warnings)
     if not files:
         raise RunDirError(
             f"{path} holds no rank files (expected {ranks_dir}/rank-00000.jsonl, ...)",
             "pass a run directory written by grpo-doctor (GRPO_DOCTOR_RUN_DIR), not its parent",
         )
     return files
+
+
+RANK_FILE_GLOB = re.compile(r"rank-.*\.jsonl\Z", re.S)
+
+
+def regular_files(paths: Iterable[Path], warnings: list[str]) -> list[Path]:
+    """The paths that are regular files, without opening any; each other one named in a warning
+    (a FIFO, device or socket: opening it could block, reading it never end)."""
+    out = []
+    for path in paths:
+        try:
+            mode = os.stat(path).st_mode
+        except OSError as exc:
+            warnings.append(f"{path}: cannot be read ({exc.strerror}); left out")
+            continue
+        if stat.S_ISREG(mode):
+            out.append(path)
+        else:
+            warnings.append(f"{path}: cannot be read ({special_file_kind(mode)}, not a regular file); skipped")
+    return out
+
+
+def special_file_kind(mode: int) -> str:
+    """'a FIFO', 'a character device', ... for what `os.stat` says is no regular file or directory."""
+    for test, name in ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory")):
+        if test(mode):
+            return name
+    return "not a regular file"
 
 
 def read_rank_file(path: str | Path) -> RankLog:
@@ -294,16 +346,26 @@ def read_rank_file(path: str | Path) -> RankLog:
     records, pids = log.records, log.pids
     for line_number, line, complete in lines_of(path):
         try:
-            record = record_from_dict(decode_line(line))
+            record = checked_record(decode_line(line))
             if isinstance(record, Record):
-                pids.add(record.pid)  # inside: a pid that is a JSON array makes a bad line, not a crash
-        except (ValueError, TypeError, BadRecord):
-            log.count_bad_line(line_number, complete)
+                pids.add(record.pid)
+        except (ValueError, TypeError, BadRecord) as exc:
+            log.count_bad_line(line_number, complete, str(exc) if isinstance(exc, BadRecord) else None)
             continue
         if isinstance(record, Record) and log.rank < 0:
             log.rank = record.rank
         records.append(record)
     return log
+
+
+def checked_record(data) -> Record | UnknownRecord:
+    """`record_from_dict`, and its fields of the types the schema declares (see field_checks): a
+    record that every rule and report can trust. Raises BadRecord naming the field."""
+    record = record_from_dict(data)
+    problem = wrong_field(record)
+    if problem is not None:
+        raise BadRecord(problem)
+    return record
 
 
 _scan_json = json.JSONDecoder().scan_once  # the C scanner json.loads ends in, without its per-call checks
@@ -317,8 +379,8 @@ def decode_line(line: bytes):
 def decode_line_fast(line: bytes):
     """`decode_line` but for an integer beyond 64 bits, which comes back a float.
 
-    orjson refuses what json accepts beyond the standard (NaN and Infinity, which the sink writes
-    for a diverged loss; lone surrogates; a BOM), so a line it refuses is json's to judge, and errors
+    orjson refuses what json accepts beyond the standard (bare NaN and Infinity, which sinks before
+    strict JSON wrote for a diverged loss; lone surrogates; a BOM), so a line it refuses is json's to judge, and errors
     (what counts as a bad line) stay json's own.
     """
     if orjson_loads is not None:
@@ -337,15 +399,18 @@ def json_loads_line(line: bytes):
     short path does not accept exactly as json.loads would goes through json.loads itself, so
     errors (and what counts as a bad line) are json's own.
     """
-    if line.startswith(b'{"'):
-        try:
-            text = line.decode("utf-8", "surrogatepass")
-            value, end = _scan_json(text, 0)
-            if end == len(text) or not text[end:].strip(" \t\n\r"):  # json's whitespace, nothing else
-                return _without_lone_surrogates(value, line)
-        except (ValueError, StopIteration):
-            pass
-    return _without_lone_surrogates(json.loads(line), line)
+    try:
+        if line.startswith(b'{"'):
+            try:
+                text = line.decode("utf-8", "surrogatepass")
+                value, end = _scan_json(text, 0)
+                if end == len(text) or not text[end:].strip(" \t\n\r"):  # json's whitespace, nothing else
+                    return _without_lone_surrogates(value, line)
+            except (ValueError, StopIteration):
+                pass
+        return _without_lone_surrogates(json.loads(line), line)
+    except RecursionError:  # JSON nested past the interpreter's limit (a few KB of "[[[[..." suffices)
+        raise ValueError("JSON nested too deeply") from None
 
 
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")  # escaped, or raw bytes (surrogatepass)
@@ -416,8 +481,9 @@ def _merge(run: RunLog, log: RankLog) -> None:
     where = str(log.path)
     if log.num_bad_lines:
         how = " (the last line is truncated: the process died while writing)" if log.truncated_tail else ""
+        why = f" ({log.first_bad_reason})" if log.first_bad_reason else ""
         run.warnings.append(
-            f"{where}: skipped {log.num_bad_lines} unreadable line(s), first at line {log.first_bad_line}{how}"
+            f"{where}: skipped {log.num_bad_lines} unreadable line(s), first at line {log.first_bad_line}{why}{how}"
         )
     if log.last_record is None:
         run.warnings.append(f"{where}: no readable records")
@@ -430,6 +496,8 @@ def _merge(run: RunLog, log: RankLog) -> None:
             f"{where}: written with schema {max(newer)}, this grpo-doctor reads {SCHEMA_VERSION}; "
             "upgrade grpo-doctor to read every field"
         )
+    for size in sorted({h.world_size for h in log.headers if not sane_world_size(h)}):
+        run.warnings.append(f"{where}: header field world_size is {size}, outside 1 to {MAX_WORLD_SIZE}; ignored")
     hosts = {h.host for h in log.headers}
     if len(log.headers) > 1 and len(hosts) > 1:
         run.warnings.append(f"{where}: rank {log.rank} was claimed from several hosts ({', '.join(sorted(hosts))})")

@@ -12,11 +12,17 @@ Typical use:
 
 Compatibility: a reader accepts records of any schema version up to its own; fields it does not
 know are dropped, kinds it does not know become `UnknownRecord`.
+
+Non-finite numbers: lines are strict JSON (`jq` reads them), so the sink writes a NaN or infinite
+float as the string "NaN", "Infinity" or "-Infinity". Where a number belongs (a step's metric
+values, a rollout's statistics and sample rewards) `record_from_dict` turns those strings back
+into floats; bare NaN / Infinity tokens, as earlier versions wrote them, are read as ever.
 """
 from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import re
 from dataclasses import dataclass, field
 from enum import Enum
@@ -260,6 +266,8 @@ def record_from_dict(data: Any) -> Record | UnknownRecord:
     cls = RECORD_TYPES.get(data["kind"])
     if cls is None:
         return UnknownRecord(kind=data["kind"], data=data)
+    if cls is Step or cls is Rollout:
+        data = restore_non_finite(cls, data)
     wire_names, order = _WIRE_FORMATS.get(cls) or _wire_format(cls)
     if data.keys() == wire_names:
         check_when(data)
@@ -278,6 +286,29 @@ def record_from_dict(data: Any) -> Record | UnknownRecord:
     return cls.from_dict(data)
 
 
+NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}  # as the sink writes them
+
+
+def restore_non_finite(cls: type[Record], data: dict[str, Any]) -> dict[str, Any]:
+    """`data` with "NaN", "Infinity" and "-Infinity" turned back into floats where a number belongs:
+    a step's metric values; a rollout's float statistics and its samples' rewards. A copy where
+    anything changed; else `data` itself (the usual case: no string in those places)."""
+    if cls is Step:
+        metrics = data.get("metrics")
+        if type(metrics) is dict and any(type(v) is str and v in NON_FINITE for v in metrics.values()):
+            return {**data, "metrics": {k: NON_FINITE.get(v, v) if type(v) is str else v for k, v in metrics.items()}}
+        return data
+    changed = {name: NON_FINITE[data[name]] for name in _ROLLOUT_FLOATS
+               if type(data.get(name)) is str and data[name] in NON_FINITE}
+    samples = data.get("samples")
+    if type(samples) is list and any(type(s) is dict and type(s.get("reward")) is str for s in samples):
+        changed["samples"] = [
+            {**s, "reward": NON_FINITE.get(s["reward"], s["reward"])} if type(s) is dict and type(s.get("reward")) is str else s
+            for s in samples
+        ]
+    return {**data, **changed} if changed else data
+
+
 def check_when(data: dict[str, Any]) -> None:
     """A record's step, t and mono as the sink writes them: a corrupt line can hold anything there,
     and every reader orders and subtracts them. Raises BadRecord."""
@@ -289,6 +320,7 @@ def check_when(data: dict[str, Any]) -> None:
 _REAL = (int, float)
 
 
+_ROLLOUT_FLOATS = tuple(f.name for f in dataclasses.fields(Rollout) if f.type == "float | None")
 _set_field = object.__setattr__
 # Record type -> (the keys of its line as written, its field order): two dict lookups per line
 # instead of two cached-function calls.

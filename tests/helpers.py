@@ -1,7 +1,10 @@
-"""Test helpers: run a small Python program as its own process, as a rank would be."""
+"""Test helpers: run a small Python program as its own process, as a rank would be; a free port for a
+launcher; a rank file written from the schema's records; the pids of a process tree."""
 from __future__ import annotations
 
+import json
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -25,6 +28,23 @@ def clean_env(**extra: str) -> dict[str, str]:
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     env.update(extra)
     return env
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on now, for a launcher's --master-port."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def write_rank(run_dir: Path, rank: int, records, tail: bytes = b"") -> Path:
+    """The rank's event log as the rank side writes it: one JSON line per record, then `tail` (a torn line)."""
+    from grpo_doctor.schema import RunPaths
+
+    path = RunPaths(run_dir).rank_file(rank)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"".join(json.dumps(r.to_dict()).encode() + b"\n" for r in records) + tail)
+    return path
 
 
 def tree_pids(pid: int) -> set[int]:

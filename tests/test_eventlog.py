@@ -1,7 +1,7 @@
 import json
-from pathlib import Path
 
 import pytest
+from helpers import write_rank
 
 from grpo_doctor.eventlog import MAX_LINE_BYTES, RunDirError, load_run, read_rank_file
 from grpo_doctor.schema import End, Header, PhaseBegin, PhaseEnd, RunPaths, Step
@@ -14,14 +14,6 @@ def _common(rank, step=0, t=100.0):
 def _header(rank, world_size=4):
     return Header(**_common(rank), local_rank=rank % 2, world_size=world_size, node_rank=rank // 2,
                   local_world_size=2, gpu_uuid=None, versions={}, launch={}, argv=[])
-
-
-def write_rank(run_dir: Path, rank: int, records, tail: bytes = b"") -> Path:
-    path = RunPaths(run_dir).rank_file(rank)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    lines = b"".join(json.dumps(r.to_dict()).encode() + b"\n" for r in records)
-    path.write_bytes(lines + tail)
-    return path
 
 
 def test_a_truncated_last_line_is_skipped_counted_and_reported(tmp_path):

@@ -32,7 +32,9 @@ Typical use:
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import os
+import stat
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,9 +50,21 @@ from grpo_doctor.analysis.metric_files import read_metric_files
 from grpo_doctor.analysis.parallel_read import read_rank_files
 from grpo_doctor.analysis.probe_evidence import ProbeEvidence, load_probe, probe_files
 from grpo_doctor.analysis.rank_tables import TabledRankLog
-from grpo_doctor.eventlog import RunDirError, RunLog, load_run, paused_gc
+from grpo_doctor.analysis.signature_rows import SignatureRows, file_signatures
+from grpo_doctor.analysis.watch_files import hang_problem, summary_problem
+from grpo_doctor.eventlog import (
+    RANK_FILE_GLOB,
+    RunDirError,
+    RunLog,
+    lines_of,
+    load_run,
+    paused_gc,
+    regular_files,
+    special_file_kind,
+)
+from grpo_doctor.field_checks import MAX_WORLD_SIZE, within_depth
 from grpo_doctor.logs.flight_recorder import FlightDump, FlightDumpError, is_flight_dump, read_flight_dump
-from grpo_doctor.logs.signatures import Signature, scan_file
+from grpo_doctor.logs.signatures import Signature
 from grpo_doctor.schema import Error, Header, Rng, Rollout, RunPaths, Step
 
 PHASE_COLUMNS = ["rank", "host", "step", "phase", "path", "begin_t", "end_t", "duration_s", "error"]
@@ -60,6 +74,10 @@ SIGNATURE_COLUMNS = ["kind", "rank", "host", "source", "line_number", "text", "f
 MEMORY_COLUMNS = ["rank", "host", "step", "t", "tag", "host_rss_bytes", "device", "allocated_bytes", "reserved_bytes",
                   "peak_allocated_bytes", "inactive_split_bytes", "free_bytes", "total_bytes"]
 SAMPLE_COLUMNS = ["host", "kind", "t"]
+# watch writes a summary or hang report of a few hundred KB at most; a larger one is not read whole.
+MAX_WATCH_JSON_BYTES = 64 * 2**20
+# watch samples every few seconds: a week of a 64-GPU node is a few million rows; past this, rows are dropped.
+MAX_SAMPLE_ROWS = 2_000_000
 
 
 class EvidenceError(Exception):
@@ -109,16 +127,17 @@ class Evidence:
 
     @property
     def known_ranks(self) -> set[int]:
-        """Every rank any source mentions (rank files, world size, watch, signatures)."""
+        """Every rank any source mentions (rank files, world size, watch, signatures), below MAX_WORLD_SIZE
+        (a rank number past it is garbage, and `world_size` is bounded by it already)."""
         ranks: set[int] = set()
         if self.run is not None:
             ranks |= set(self.run.ranks)
             if self.run.world_size:
                 ranks |= set(range(self.run.world_size))
         for summary in self.summaries.values():
-            ranks |= {int(r) for r in summary.get("ranks", {})}
-        ranks |= {int(row["rank"]) for row in self.signature_rows if row["rank"] is not None}
-        return ranks
+            ranks |= {int(r) for r in summary.get("ranks") or {}}
+        ranks |= {row["rank"] for row in self.signature_rows if type(row["rank"]) is int}
+        return {r for r in ranks if 0 <= r < MAX_WORLD_SIZE}
 
 
 def load_evidence(paths: Sequence[str | Path]) -> Evidence:
@@ -127,31 +146,37 @@ def load_evidence(paths: Sequence[str | Path]) -> Evidence:
     ev = Evidence(paths=[Path(p) for p in paths])
     rank_sources: list[Path] = []
     for path in ev.paths:
-        if not path.exists():
-            raise EvidenceError(f"{path} does not exist", "check the path; run directories are printed at start-up")
+        mode = _mode(path)
+        if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):  # never opened: a FIFO would block, a device not end
+            ev.warnings.append(f"{path}: {special_file_kind(mode)}, not a log file or run directory; skipped")
+            continue
         if probe_files(path) and (path.is_file() or path.name == "probe"):
             continue  # read by load_probe below
         if path.is_file():
             if path.name.startswith("rank-") and path.suffix == ".jsonl":
                 rank_sources.append(path)
             else:
-                _add_log_file(ev, path)
+                _add_log_file_or_warn(ev, path)
             continue
         paths_in = RunPaths(path)
-        has_ranks = paths_in.ranks.is_dir() and any(paths_in.ranks.glob("rank-*.jsonl"))
+        has_ranks, ranks_unreadable = _has_rank_files(ev, paths_in.ranks)
         has_supervisor = paths_in.supervisor.is_dir()
         has_fr = _load_flight_dumps(ev, paths_in.flight_recorder)
         if has_ranks:
             rank_sources.append(path)
         if has_supervisor:
             _load_supervisor(ev, paths_in.supervisor)
-        if not has_ranks and not has_supervisor and not has_fr and not probe_files(path):
-            files = sorted(p for p in path.iterdir() if p.is_file()) + framework_logs.find_metric_logs(path)
+        if not has_ranks and not has_supervisor and not has_fr and not ranks_unreadable and not probe_files(path):
+            names = _names_in(ev, path)
+            if names is None:
+                continue
+            files = regular_files([path / n for n in names if not (path / n).is_dir()], ev.warnings)
+            files += framework_logs.find_metric_logs(path)
             if not files:
                 raise EvidenceError(f"{path} holds no rank files, no supervisor/ and no log files",
                                     "pass a run directory written by grpo-doctor (not its parent), or log files")
             for file in files:
-                _add_log_file(ev, file)
+                _add_log_file_or_warn(ev, file)
     # One pause over records and rows (millions on a big run): between two, the collector would walk them all.
     with paused_gc():
         if rank_sources:
@@ -165,6 +190,46 @@ def load_evidence(paths: Sequence[str | Path]) -> Evidence:
     return ev
 
 
+def _mode(path: Path) -> int:
+    try:
+        return os.stat(path).st_mode
+    except FileNotFoundError:
+        raise EvidenceError(f"{path} does not exist", "check the path; run directories are printed at start-up") from None
+    except OSError as exc:  # a path component that is a file, a loop of links, no permission to look
+        raise EvidenceError(f"{path} cannot be read ({exc.strerror})", "check the path and its permissions") from None
+
+
+def _names_in(ev: Evidence, directory: Path) -> list[str] | None:
+    """The directory's entries, sorted; None (and a warning) where it cannot be listed."""
+    try:
+        return sorted(os.listdir(directory))
+    except OSError as exc:
+        ev.warnings.append(f"{directory}: cannot be read ({exc.strerror}); nothing in it was checked")
+        return None
+
+
+def _has_rank_files(ev: Evidence, ranks_dir: Path) -> tuple[bool, bool]:
+    """(whether ranks/ holds rank files, whether a ranks/ was there but could not be read)."""
+    if not ranks_dir.is_dir():
+        if os.path.lexists(ranks_dir):
+            ev.warnings.append(f"{ranks_dir}: cannot be read (not a directory); the run's rank records were not checked")
+            return False, True
+        return False, False
+    try:
+        return any(RANK_FILE_GLOB.match(name) for name in os.listdir(ranks_dir)), False
+    except OSError as exc:
+        ev.warnings.append(f"{ranks_dir}: cannot be read ({exc.strerror}); the run's rank records were not checked")
+        return False, True
+
+
+def _add_log_file_or_warn(ev: Evidence, path: Path) -> None:
+    """`_add_log_file`, a file that cannot be read (permissions, an I/O error) a warning."""
+    try:
+        _add_log_file(ev, path)
+    except OSError as exc:
+        ev.warnings.append(f"{path}: cannot be read ({exc.strerror or exc}); it was not checked")
+
+
 def _add_log_file(ev: Evidence, path: Path) -> None:
     """A raw file: a flight-recorder dump (told by its first bytes), a metric file (metric_files.py: TRL /
     ms-swift by name, TensorBoard / W&B / verl's file logger by content), else text for the signature
@@ -174,7 +239,7 @@ def _add_log_file(ev: Evidence, path: Path) -> None:
         return
     logs = read_metric_files(path)
     if not logs:
-        _add_signatures(ev, scan_file(path), source=str(path), host=None)
+        _add_signatures(ev, file_signatures(path), source=str(path), host=None)
         logs = read_console_metrics(path)
     for log in logs:
         ev.metric_logs.append(log)
@@ -183,7 +248,8 @@ def _add_log_file(ev: Evidence, path: Path) -> None:
 
 def _load_flight_dumps(ev: Evidence, fr_dir: Path) -> bool:
     """Every file in fr/ is meant to be a dump (torch writes <prefix><rank>): one that is not becomes a warning."""
-    files = sorted(p for p in fr_dir.iterdir() if p.is_file()) if fr_dir.is_dir() else []
+    names = _names_in(ev, fr_dir) if fr_dir.is_dir() else []
+    files = regular_files([fr_dir / n for n in names or () if not (fr_dir / n).is_dir()], ev.warnings)
     for file in files:
         _add_flight_dump(ev, file)
     return bool(files)
@@ -201,29 +267,44 @@ def _add_flight_dump(ev: Evidence, path: Path) -> None:
 
 
 def _load_supervisor(ev: Evidence, supervisor: Path) -> None:
-    for host_dir in sorted(p for p in supervisor.iterdir() if p.is_dir()):
+    for host_name in _names_in(ev, supervisor) or ():
+        host_dir = supervisor / host_name
+        if not host_dir.is_dir():
+            continue
         host = host_dir.name
-        summary = host_dir / "summary.json"
-        if summary.is_file():
-            data = _read_json(ev, summary)
-            if isinstance(data, dict):
+        names = _names_in(ev, host_dir)
+        if names is None:
+            continue
+        files = {p.name: p for p in regular_files([host_dir / n for n in names if not (host_dir / n).is_dir()],
+                                                    ev.warnings)}
+        if "summary.json" in files:
+            data = _read_watch_json(ev, files["summary.json"], summary_problem)
+            if data is not None:
                 ev.summaries[host] = data
-        for hang_file in sorted(host_dir.glob("hang-*.json"), key=_hang_number):
-            data = _read_json(ev, hang_file)
-            if isinstance(data, dict):
+        for hang_file in sorted((p for n, p in files.items() if n.startswith("hang-") and n.endswith(".json")),
+                                key=_hang_number):
+            data = _read_watch_json(ev, hang_file, hang_problem)
+            if data is not None:
                 ev.hangs.append({**data, "host": data.get("host") or host, "file": str(hang_file)})
-        if (host_dir / "samples.jsonl").is_file():
-            _read_samples(ev, host_dir / "samples.jsonl", host)
-        sig_file = host_dir / "signatures.jsonl"
+        if "samples.jsonl" in files:
+            _read_samples(ev, files["samples.jsonl"], host)
+        sig_file = files.get("signatures.jsonl")
         # watch keeps up to a few samples per (kind, rank) and may leave output unscanned when the job
         # outran it (summary.json says so): then the saved output is scanned here in full.
         scanned_live = ev.summaries.get(host, {}).get("live_scan_complete", True) is not False
-        if sig_file.is_file() and scanned_live:
-            _add_signatures(ev, _read_signatures(ev, sig_file), source=str(sig_file), host=host)
-        else:  # watch died before writing its signatures: scan what it saved of the output
-            for name in ("stdout.log", "stderr.log"):
-                if (host_dir / name).is_file():
-                    _add_signatures(ev, scan_file(host_dir / name), source=str(host_dir / name), host=host)
+        if sig_file is not None and scanned_live:
+            try:
+                _add_signatures(ev, _read_signatures(ev, sig_file), source=str(sig_file), host=host)
+                continue
+            except OSError as exc:
+                ev.warnings.append(f"{sig_file}: cannot be read ({exc.strerror}); the saved output is scanned instead")
+        # watch died before writing its signatures: scan what it saved of the output
+        for name in ("stdout.log", "stderr.log"):
+            if name in files:
+                try:
+                    _add_signatures(ev, file_signatures(files[name]), source=str(files[name]), host=host)
+                except OSError as exc:
+                    ev.warnings.append(f"{files[name]}: cannot be read ({exc.strerror}); it was not checked")
 
 
 def _hang_number(path: Path) -> int:
@@ -231,48 +312,88 @@ def _hang_number(path: Path) -> int:
     return int(digits) if digits.isdigit() else 0
 
 
-def _read_json(ev: Evidence, path: Path) -> Any:
+def _read_watch_json(ev: Evidence, path: Path, problem_of) -> dict[str, Any] | None:
+    """A summary.json or hang-N.json as watch writes it, else None and one warning naming the problem."""
     try:
-        return json.loads(path.read_text(errors="replace"))
+        if path.stat().st_size > MAX_WATCH_JSON_BYTES:
+            ev.warnings.append(f"{path}: {path.stat().st_size} bytes, more than watch writes; left out")
+            return None
+        data = json.loads(path.read_text(errors="replace"))
+    except RecursionError:
+        ev.warnings.append(f"{path}: cannot be read (JSON nested too deeply); left out")
+        return None
     except (OSError, ValueError) as exc:
         ev.warnings.append(f"{path}: cannot be read ({exc}); left out")
         return None
+    problem = problem_of(data)
+    if problem is not None:
+        ev.warnings.append(f"{path}: not as watch writes it ({problem}); left out")
+        return None
+    return data
+
+
+def _json_lines(ev: Evidence, path: Path) -> Iterable[Any]:
+    """Each line's JSON value (bounded lines, eventlog.lines_of); unreadable ones counted in one warning."""
+    bad = 0
+    try:
+        for _, line, _ in lines_of(path):
+            try:
+                yield json.loads(line)
+            except (ValueError, RecursionError):
+                bad += 1
+    except OSError as exc:
+        ev.warnings.append(f"{path}: cannot be read ({exc.strerror}); left out")
+    if bad:
+        ev.warnings.append(f"{path}: skipped {bad} unreadable line(s)")
+
+
+# The numbers of supervisor/sampler.py's GpuSample and ProcSample, which the plots do arithmetic on.
+_SAMPLE_NUMBERS = ("t", "index", "util_pct", "mem_used_bytes", "mem_total_bytes", "power_w", "temp_c", "sm_clock_mhz",
+                   "ecc_errors", "rank", "pid", "rss_bytes", "cpu_pct", "num_threads")
 
 
 def _read_samples(ev: Evidence, path: Path, host: str) -> None:
+    """watch's GPU and process samples; one whose numbers are not numbers counts as unreadable."""
     bad = 0
-    with path.open(errors="replace") as f:
-        for line in f:
-            try:
-                data = json.loads(line)
-            except ValueError:
-                bad += 1
-                continue
-            if isinstance(data, dict) and data.get("kind") in ("gpu", "proc") and "t" in data:
-                ev.sample_rows.append({**data, "host": host})
+    for data in _json_lines(ev, path):
+        if len(ev.sample_rows) >= MAX_SAMPLE_ROWS:
+            ev.warnings.append(f"{path}: more than {MAX_SAMPLE_ROWS} samples; the rest left out")
+            return
+        if not (isinstance(data, dict) and data.get("kind") in ("gpu", "proc")):
+            continue
+        if (type(data.get("t")) in (int, float) and within_depth(data, 3)
+                and all(type(data.get(name)) in (int, float, type(None)) for name in _SAMPLE_NUMBERS)):
+            ev.sample_rows.append({**data, "host": host})
+        else:
+            bad += 1
     if bad:
-        ev.warnings.append(f"{path}: skipped {bad} unreadable line(s)")
+        ev.warnings.append(f"{path}: skipped {bad} sample(s) whose numbers are not numbers")
 
 
-def _read_signatures(ev: Evidence, path: Path) -> list[Signature]:
-    out, bad = [], 0
-    with path.open(errors="replace") as f:
-        for line in f:
-            if not line.strip():
-                continue
-            try:
-                out.append(Signature.from_dict(json.loads(line)))
-            except (ValueError, KeyError, TypeError):
-                bad += 1
+def _read_signatures(ev: Evidence, path: Path) -> Iterable[Signature]:
+    """signatures.jsonl as watch writes it; a line of another shape is counted as unreadable. Raises
+    OSError here, not while iterating, when the file cannot be opened."""
+    with path.open("rb"):
+        pass
+    return _signatures_in(ev, path)
+
+
+def _signatures_in(ev: Evidence, path: Path) -> Iterator[Signature]:
+    bad = 0
+    for data in _json_lines(ev, path):
+        if (type(data) is dict and type(data.get("kind")) is str and type(data.get("line_number")) is int
+                and type(data.get("rank")) in (int, type(None)) and type(data.get("text", "")) is str
+                and type(data.get("fields") or {}) is dict and within_depth(data.get("fields") or {}, 16)):
+            yield Signature.from_dict(data)
+        else:
+            bad += 1
     if bad:
-        ev.warnings.append(f"{path}: skipped {bad} unreadable line(s)")
-    return out
+        ev.warnings.append(f"{path}: skipped {bad} line(s) that are no signature")
 
 
-def _add_signatures(ev: Evidence, signatures: list[Signature], source: str, host: str | None) -> None:
-    for sig in signatures:
-        ev.signature_rows.append({"kind": sig.kind, "rank": sig.rank, "host": host, "source": source,
-                                  "line_number": sig.line_number, "text": sig.text, "fields": sig.fields})
+def _add_signatures(ev: Evidence, signatures: Iterable[Signature], source: str, host: str | None) -> None:
+    """Rows for the signatures, repeats aggregated (signature_rows.py)."""
+    ev.warnings += SignatureRows(ev.signature_rows).add_all(signatures, source, host)
 
 
 def _build_tables(ev: Evidence) -> None:

@@ -12,19 +12,25 @@ abort from C++ (NCCL's watchdog, a failed check: the message is above it); 1 is 
 whose traceback (`exception`) is the rank's last in the log.
 
 CUDA faults ("CUDA error: an illegal memory access was encountered", device-side asserts) name
-the rank when the line's prefix does; engine and actor deaths name the component.
+the rank when the line's prefix does; engine and actor deaths name the component, and the rank
+where a Ray actor's repr does ("DTensorPolicyWorker[rank=2]"); a vLLM engine's death carries the
+engine's own error (`exception`: the traceback printed nearest it).
 
 Typical use:
     by_rank, unranked = crashes_from_logs(run.signature_rows)
 """
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from grpo_doctor.logs.kinds import CHILD_FAILED, CUDA_FAULT, PYTHON_TRACEBACK, WORKER_DIED
+from grpo_doctor.logs.kinds import CHILD_FAILED, CUDA_FAULT, NCCL_ERROR, PYTHON_TRACEBACK, WORKER_DIED
 
 DMESG = "dmesg -T | grep -i -E 'killed process|out of memory'"
 _LAUNCHER_EXCEPTIONS = ("ChildFailedError",)  # torchrun's own traceback when it gives up, not a rank's
+_ENGINE_WRAPPERS = ("EngineDeadError", "EngineGenerateError", "RayTaskError", "CancelledError")
+_EXC_NAME = re.compile(r"((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)):")
+_ENGINE_ERROR_LINES = 300  # how far from the engine's death its own traceback may be printed
 
 
 def crashes_from_logs(rows: list[dict[str, Any]]) -> tuple[dict[int, dict[str, Any]], list[dict[str, Any]]]:
@@ -43,10 +49,17 @@ def crashes_from_logs(rows: list[dict[str, Any]]) -> tuple[dict[int, dict[str, A
                 entry = by_rank.setdefault(int(row["rank"]), info)
                 entry.setdefault("cuda_fault", f["error"])
         elif row["kind"] == WORKER_DIED:
-            unranked.append({"exc_type": f.get("exc_type") or _component_name(f), "message": f.get("message"),
-                             "phase": None, "step": None, "source": row["source"], "component": f.get("component"),
-                             "actor": f.get("actor_name") or f.get("class_name"), "pid": f.get("pid"),
-                             "ip": f.get("ip"), "exit_type": f.get("exit_type"), "exit_detail": f.get("exit_detail")})
+            info = {"exc_type": f.get("exc_type"), "message": f.get("message"), "phase": None, "step": None,
+                    "source": row["source"], "component": f.get("component"),
+                    "actor": f.get("actor_name") or f.get("class_name"), "pid": f.get("pid"), "ip": f.get("ip"),
+                    "exit_type": f.get("exit_type"), "exit_detail": f.get("exit_detail"), "exitcode": f.get("exitcode")}
+            if f.get("component") == "vllm-engine":
+                _add_engine_error(info, row, rows)
+            info["exc_type"] = info["exc_type"] or _component_name(f)
+            if f.get("rank") is not None:  # an actor whose repr names its rank ("DTensorPolicyWorker[rank=2]")
+                by_rank.setdefault(int(f["rank"]), info)
+            else:
+                unranked.append(info)
     summary_pids = {row["fields"].get("pid") for row in rows
                     if row["kind"] == CHILD_FAILED and row["fields"].get("origin") == "summary"}
     for row in rows:
@@ -79,6 +92,29 @@ def crashes_from_logs(rows: list[dict[str, Any]]) -> tuple[dict[int, dict[str, A
     return by_rank, unranked
 
 
+def _add_engine_error(info: dict[str, Any], death: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+    """The engine's own error: the Python traceback nearest the line that says it died (vLLM prints
+    "EngineCore failed to start." / "Process EngineCore_0:" above it, "AsyncLLM output_handler
+    failed." / EngineDeadError below it), if that is not itself an engine-dead wrapper."""
+    near = [row for row in rows if abs(row["line_number"] - death["line_number"]) <= _ENGINE_ERROR_LINES and (
+        row["kind"] == NCCL_ERROR or row["kind"] == PYTHON_TRACEBACK and row["fields"].get("exc_type")
+        and not row["fields"]["exc_type"].endswith(_ENGINE_WRAPPERS))]
+    if not near:
+        return
+    row = min(near, key=lambda row: abs(row["line_number"] - death["line_number"]))
+    f = row["fields"]
+    if row["kind"] == NCCL_ERROR:  # its traceback's exception line, read as an NCCL error (another stream's)
+        error = row["text"][:300]
+        exc = _EXC_NAME.match(error)
+        exc_type = exc.group(1) if exc else None
+    else:
+        error = f"{f['exc_type']}: {f.get('message') or ''}".strip().rstrip(":")[:300]
+        exc_type = f["exc_type"]
+    info["exception"] = error
+    info["message"] = f"{info['message'] or ''} (the engine's error: {error})".strip()[:500]
+    info["exc_type"] = info["exc_type"] or exc_type
+
+
 def _tracebacks(rows: list[dict[str, Any]]) -> dict[int | None, str]:
     """rank (None: unprefixed) -> "Type: message" of its last Python traceback that is not torchrun's own."""
     found: dict[int | None, str] = {}
@@ -102,5 +138,7 @@ def _explain_exit(entry: dict[str, Any], exception: str | None) -> None:
 
 
 def _component_name(f: dict[str, Any]) -> str:
-    return {"launcher": "torchrun reported a failed worker", "vllm-engine": "vLLM engine died", "vllm-worker": "vLLM worker died", "process": "process died",
-            "ray-actor": "Ray actor died"}.get(f.get("component") or "", "process died")
+    return {"launcher": "torchrun reported a failed worker", "vllm-engine": "vLLM engine died",
+            "vllm-worker": "vLLM worker died", "process": "process died", "ray-actor": "Ray actor died",
+            "child-process": "child process died", "launcher-signal": "torchrun stopped by a signal",
+            }.get(f.get("component") or "", "process died")

@@ -21,10 +21,11 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 from pathlib import Path
 
-from grpo_doctor.analysis.columns import Column, compact, may_be_long_int
+from grpo_doctor.analysis.columns import Codes, Column, FloatsWithNone, compact, may_be_long_int
 from grpo_doctor.eventlog import (
     RANK_FILE_PATTERN,
     RankLog,
+    checked_record,
     decode_line,
     json_loads_line,
     lines_of,
@@ -34,6 +35,7 @@ from grpo_doctor.eventlog import (
     read_rank_file,
     record_time,
 )
+from grpo_doctor.field_checks import checker_of
 from grpo_doctor.schema import (
     BadRecord,
     Header,
@@ -45,7 +47,6 @@ from grpo_doctor.schema import (
     UnknownRecord,
     check_when,
     field_order,
-    record_from_dict,
 )
 
 # Per rank file; the loader adds rank and host. Open phases (no end yet) come last, end_t None.
@@ -109,7 +110,7 @@ class TabledRankLog(RankLog):
         self.sources += others
         bad_lines, pids = self.num_bad_lines + other.num_bad_lines, self.pids | other.pids
         self.records, self.pids = [], set()
-        encode = json.JSONEncoder(separators=(",", ":")).encode  # NaN as the sink writes it, decoded alike
+        encode = json.JSONEncoder(separators=(",", ":")).encode  # bare NaN (as older sinks wrote it), decoded alike
         lines = [(number, encode(r.to_dict() if isinstance(r, Record) else r.data).encode(), True)
                  for number, r in enumerate(merged, 1)]
         _tabulate(self, lines, exact=True)
@@ -117,25 +118,31 @@ class TabledRankLog(RankLog):
         self.num_bad_lines, self.pids = bad_lines, pids
 
 
-def read_rank_tables(path: str | Path, exact: bool = False) -> TabledRankLog:
+def read_rank_tables(path: str | Path, exact: bool = False, strict: bool = False) -> TabledRankLog:
     """`read_rank_file`, with phase and memory records put into columns (see the module doc).
 
     Lines are decoded by orjson, which reads an integer beyond 64 bits as a float: only the lines
     that become records are checked for one (`may_hold_long_int`); the tabled values are checked
-    once in their columns, and a file with a suspect is read again with `exact`.
+    once in their columns, and a file with a suspect is read again with `exact`. Likewise the
+    tabled values' types (see field_checks) are checked once per column, not per line: a file
+    with a value of the wrong type is read again `strict`, every line as a record, so that the
+    line holding it is a bad line as `read_rank_file` would count it.
     """
     path = Path(path)
     match = RANK_FILE_PATTERN.search(path.name)
     log = TabledRankLog(rank=int(match.group(1)) if match else -1, path=path, sources=[path])
     with paused_gc():
-        _tabulate(log, lines_of(path), exact)
+        _tabulate(log, lines_of(path), exact, strict)
         _set_first(log, lines_of(path))
     if not exact and _lost_long_int(log):
-        return read_rank_tables(path, exact=True)
+        return read_rank_tables(path, exact=True, strict=strict)
+    if not strict and not _tabled_types_hold(log):
+        return read_rank_tables(path, exact=exact, strict=True)
     return log
 
 
-def _tabulate(log: TabledRankLog, lines: Iterable[tuple[int, bytes, bool]], exact: bool) -> None:
+def _tabulate(log: TabledRankLog, lines: Iterable[tuple[int, bytes, bool]], exact: bool,
+              strict: bool = False) -> None:
     """Reads (line number, line, ended with a newline) into `log` as `read_rank_file` reads a file.
 
     One loop with everything inline: it runs 2 M times on a big run, where a function call per
@@ -148,6 +155,8 @@ def _tabulate(log: TabledRankLog, lines: Iterable[tuple[int, bytes, bool]], exac
     memory_rows: list[tuple] = []
     loads = orjson_loads if orjson_loads is not None and not exact else decode_line
     wire_keys, memory_values, begin_values, end_values = _WIRE_KEYS, _memory_values, _begin_values, _end_values
+    if strict:  # every line through record_from_dict and its type checks (`_keep`)
+        wire_keys = {}
     last = None  # the last line read
     for line_number, line, complete in lines:
         try:
@@ -162,8 +171,8 @@ def _tabulate(log: TabledRankLog, lines: Iterable[tuple[int, bytes, bool]], exac
                 check_when(data)
             if data is not None:
                 pids_add(data["pid"])  # before any change: an unhashable pid leaves a bad line
-        except (ValueError, TypeError, BadRecord):
-            log.count_bad_line(line_number, complete)
+        except (ValueError, TypeError, BadRecord) as exc:
+            log.count_bad_line(line_number, complete, str(exc) if isinstance(exc, BadRecord) else None)
             continue
         last = line
         if data is None:
@@ -210,7 +219,7 @@ def _set_first(log: TabledRankLog, lines: Iterable[tuple[int, bytes, bool]]) -> 
         return
     for _, line, _ in lines:
         try:
-            record = record_from_dict(decode_line(line))
+            record = checked_record(decode_line(line))
             if isinstance(record, Record):
                 hash(record.pid)  # as in `_tabulate`: a line with an unhashable pid is a bad one
         except (ValueError, TypeError, BadRecord):
@@ -228,7 +237,7 @@ def _keep(data, line: bytes, exact: bool, log: TabledRankLog, begins: list) -> d
     written here is returned to be tabled. Raises what `record_from_dict` raises."""
     if not exact and may_hold_long_int(line):
         data = json_loads_line(line)
-    record = record_from_dict(data)
+    record = checked_record(data)
     if isinstance(record, TABLED_TYPES):
         return record.to_dict()
     if isinstance(record, Record):
@@ -253,10 +262,49 @@ def _step_columns(steps: list[Step]) -> dict[str, Column] | None:
 
 def _record_of(line: bytes) -> Record | UnknownRecord:
     """The record of a line read before (the last of a file is wanted as an object)."""
-    return record_from_dict(decode_line(line))
+    return checked_record(decode_line(line))
 
 
 def _lost_long_int(log: TabledRankLog) -> bool:
     """Whether orjson may have read an integer beyond 64 bits in a tabled line as a float."""
     columns = [*log.phase_columns.values(), *log.memory_columns.values(), list(log.pids)]
     return any(may_be_long_int(column) for column in columns)
+
+
+# Column -> (record type, field) whose type it must hold.
+_TABLED_FIELDS = (
+    ("phase_columns", {"step": (PhaseBegin, "step"), "phase": (PhaseEnd, "phase"), "path": (PhaseEnd, "path"),
+                       "begin_t": (PhaseBegin, "t"), "end_t": (PhaseEnd, "t"), "duration_s": (PhaseEnd, "duration_s"),
+                       "error": (PhaseEnd, "error")}),
+    ("memory_columns", {name: (Memory, name) for name in MEMORY_FIELDS}),
+)
+
+
+def _tabled_types_hold(log: TabledRankLog) -> bool:
+    """Whether every tabled value and pid has its field's type: per column, by its compact form
+    (an int64 array holds ints only), value by value only in the columns left as lists."""
+    if any(type(pid) is not int for pid in log.pids):
+        return False
+    for attribute, fields in _TABLED_FIELDS:
+        columns = getattr(log, attribute)
+        for name, (cls, field_name) in fields.items():
+            column, check = columns.get(name, ()), checker_of(cls, field_name)
+            if name == "end_t" or name == "duration_s":  # an open phase's, None here, is no value read
+                check = _or_none(check)
+            if not _column_holds(column, check):
+                return False
+    return True
+
+
+def _or_none(check):
+    return lambda v: v is None or check(v)
+
+
+def _column_holds(column: Column, check) -> bool:
+    if isinstance(column, Codes):
+        return check("")
+    if isinstance(column, FloatsWithNone):
+        return check(0.0) and check(None)
+    if hasattr(column, "dtype"):  # numpy: int64 or float64
+        return len(column) == 0 or check(0 if column.dtype.kind == "i" else 0.0)
+    return all(check(v) for v in column)

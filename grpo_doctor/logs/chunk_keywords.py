@@ -7,8 +7,8 @@ other work), so each keyword is found from a fairly rare byte it holds, its anch
 (memchr) skips to the anchor's next occurrence, then a pattern that starts with the keyword from
 its anchor on makes `re` look for the anchor in a tight C loop (about 3 GB/s) and check the rest
 of the literal, then a lookbehind for the keyword's start, only where the anchor occurs.
-Keywords with the same anchor share one pass. A keyword without one (torchrun's field padding
-"      : ") is searched whole with `bytes.find`.
+Keywords with the same anchor share one pass. A keyword without one would be searched whole
+with `bytes.find` (none is: see RARE_BYTES).
 
 A hit is exactly a keyword's occurrence: keywords are ASCII, and UTF-8 decoding (with
 "replace") neither makes nor breaks a run of ASCII bytes, so `is_hot(line)` is true exactly
@@ -28,9 +28,12 @@ from grpo_doctor.logs.detectors import KEYWORDS
 # A keyword's anchor is the first of these bytes it holds: bytes rare in training logs
 # (counted over the benchmark's log and tests/data), then "C" and "k", each shared by several
 # keywords (NCCL WARN, NCCL error, Root Cause; Traceback, ocket, blocks, took), then "h" for
-# atchdog. A pass costs ~0.35 ns a byte, more than a fairly common anchor adds, so 10 passes
-# with anchors such as "k" ("[rankN]:" has one) beat 13 with rarer ones (docs/benchmarks.md).
-RARE_BYTES = b"jzxyCKFkh"
+# atchdog, then "D" (DistStoreError, ActorDiedError, EngineDeadError), "H" (Heartbeat monitor)
+# and "*" ("*** SIGABRT received ..."). A pass costs ~0.35 ns a byte, more than a fairly common
+# anchor adds, so few passes with anchors such as "k" ("[rankN]:" has one) beat more with rarer
+# ones (docs/benchmarks.md); a keyword without an anchor would cost a whole pass of its own, so
+# detectors.KEYWORDS spells every keyword with one (a test checks).
+RARE_BYTES = b"jzxyCKFkhDH*"
 
 Search = Callable[[bytes, int], int]  # (chunk, offset) -> offset of the next hit, or -1
 

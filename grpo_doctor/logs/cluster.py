@@ -19,7 +19,9 @@ import re
 from typing import Any
 
 # One of these is in every line the parsers read.
-KEYWORDS = ("oom_kill", "oom-kill", "OOMKilled", "srun: error")
+WORDS = ("oom_kill", "oom-kill", "OOMKilled", "srun: error")
+# The pre-check's spellings (detectors.KEYWORDS): srun's "task N:" holds an anchor byte, "srun: error" none.
+KEYWORDS = ("oom_kill", "oom-kill", "OOMKilled", ": task")
 
 _SLURM = re.compile(r"Detected (\d+) oom[-_]kill events?(?:\(s\))? in (?:StepId=|step )([\w.]+?)\.?(?:\s|$)")
 _SRUN = re.compile(r"srun: error: ([\w.-]+): tasks? ([\d,-]+): (.+?)\s*$")

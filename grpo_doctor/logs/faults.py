@@ -24,6 +24,7 @@ vLLM, SGLang and PyTorch):
     ERROR 04-29 00:53:54 [async_llm.py:399] AsyncLLM output_handler failed.
     ERROR 07-29 10:00:00 [core_client.py:564] Engine core proc EngineCore_0 died unexpectedly, shutting down client.
     Child process unexpectedly failed with an exit code 256. pid=97721   (SGLang: a raw wait status, 256 = exit 1)
+    Received sigquit from a child process. It usually means the child failed.   (SGLang's parent)
     W1229 16:43:25.650000 190834 .../agent/server/api.py:723] Received 1 death signal, shutting down workers
         (torchrun's agent got a signal from outside: 1 SIGHUP, a closed terminal; Signals.SIGTERM, a scheduler)
 "CUDA error: out of memory" is a CUDA OOM (oom.py), not a fault. A CUDA fault is reported
@@ -46,14 +47,15 @@ from grpo_doctor.logs.units import signal_name
 DEATH_WORDS = ("EngineCore encountered", "died unexpectedly", "Worker exit type", "ActorDiedError", "EngineDeadError",
                "Fatal Python error", "received at time=", "received by PID", "death signal", "ray::",
                "Process EngineCore", "EngineCore failed to start", "Engine core initialization failed",
-               "output_handler failed", "unexpectedly failed with an exit code")
+               "output_handler failed", "unexpectedly failed with an exit code", "from a child proces")
 # The pre-check's spellings (see detectors.KEYWORDS): each holds an anchor byte of
-# chunk_keywords.RARE_BYTES, so that no keyword costs a pass of its own over a file's bytes. A
-# line that `parse_worker_died` reads holds one of them: "Died"/"Dead" in the exception names
-# (and "ray::"), "x" in "exit" / "exceptions", "h" in "death signal" / "output_handler", "k" in
-# "unexpectedly", "y" in "ray::", "*" in the fatal-signal banners, "C" in "EngineCore".
-KEYWORDS = ("CUDA error", ", thread: [", "EngineCore", "Engine core", "unexpectedly", "Worker exit type", "DiedError",
-            "DeadError", "Fatal Python error", "*** SIG", "death signal", "ray::", "output_handler")
+# chunk_keywords.RARE_BYTES, so that no keyword costs a pass of its own over a file's bytes; a
+# line that `parse_worker_died` reads holds one of them ("Engine core proc X died unexpectedly",
+# "Child process unexpectedly failed ...": "unexpectedly"; "Engine core initialization failed").
+# "EngineCore" alone is in every line of a V1 engine's prefix: never a keyword by itself.
+KEYWORDS = ("CUDA error", ", thread: [", "EngineCore encountered", "EngineCore failed", "Process EngineCore",
+            "initialization failed", "unexpectedly", "Worker exit type", "DiedError", "DeadError",
+            "Fatal Python error", "*** SIG", "death signal", "ray::", "output_handler", "from a child proces")
 ACTOR_START = "The actor died unexpectedly"
 CREATION_START = "raised in its creation task"  # "... its creation task, ray::Name.__init__() (pid=..., repr=...)"
 ACTOR_VOCABULARY = ("class_name", "actor_id", "pid:", "name:", "namespace", "ip:", "The actor is dead", "Worker exit")
@@ -80,6 +82,7 @@ _ENGINE_DEATHS = (
     re.compile(r"EngineCore failed to start|Engine core initialization failed|AsyncLLM output_handler failed"),
 )
 _AGENT_SIGNAL = re.compile(r"Received (?:Signals\.)?(SIG[A-Z]+|\d+) death signal, shutting down workers")
+_SIGQUIT = "Received sigquit from a child proces"  # "process" or, in some releases, "proces"
 _CHILD = re.compile(r"Child process unexpectedly failed with an exit code (-?\d+)\. pid=(\d+)")
 # Ray's header over a remote task's traceback: "ray::[actor name:]Class.method() (pid=N, ip=A[,
 # actor_id=...][, repr=...])"; a repr such as "DTensorPolicyWorker[rank=2]" names the rank.
@@ -120,6 +123,8 @@ def parse_worker_died(text: str) -> dict[str, Any] | None:
     if child:
         return {"component": "child-process", "pid": int(child.group(2)), "message": message,
                 **_wait_status(int(child.group(1)))}
+    if _SIGQUIT in text:  # SGLang's parent: a child (scheduler, detokenizer) failed and told it so
+        return {"component": "child-process", "exc_type": "SIGQUIT from a child process", "message": message}
     if "EngineCore encountered" in text or "EngineDeadError" in text:
         exc = _ENGINE_EXC.search(text)
         return {"component": "vllm-engine", "exc_type": exc.group(1) if exc else None, "message": message}

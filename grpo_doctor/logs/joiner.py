@@ -72,7 +72,7 @@ class Joiner:
             return False, self._pop(source)
         pending.parts.append(text.strip())
         pending.last_line_index = line_index
-        if len(pending.parts) >= spec.max_lines or spec.complete(" ".join(pending.parts)):
+        if len(pending.parts) >= spec.max_lines or spec.complete(" ".join(part.rstrip() for part in pending.parts)):
             return True, self._pop(source)
         return True, None
 
@@ -102,4 +102,4 @@ class Joiner:
 
     def _pop(self, source: str) -> Joined:
         p = self.held.pop(source)
-        return Joined(p.spec, p.rank, p.line_index, " ".join(p.parts))
+        return Joined(p.spec, p.rank, p.line_index, " ".join(part.rstrip() for part in p.parts))

@@ -27,6 +27,8 @@ TIMEOUT_START = "Watchdog caught collective operation timeout"
 TIMEOUT_END = "before timing out"
 TIMEOUT_VOCABULARY = ("WorkNCCL", "SeqNum", "OpType", "Numel", "Timeout", "ran for", "milliseconds", "timing out")
 ERROR_START = "NCCL error"
+_STATUS_STARTS = ("Timeout at NCCL work:", "detected by watchdog at work:", "work sequence id:")
+STATUS_VOCABULARY = ("work", "enqueued", "started", "completed")
 ERROR_VOCABULARY = ("nccl", "Last error", "NCCL")
 
 _PG_TAG = re.compile(
@@ -52,6 +54,15 @@ _NCCL_HEADER = re.compile(r"([\w.-]+):(\d+):\d+ \[(\d+)\]")
 _WARN = re.compile(r"NCCL WARN\s+(.*?)\s*$")
 _ADDRESS = re.compile(r"(?:Connect to|remote peer|connect to)\s+\[?([0-9A-Za-z.:%_-]+?)\]?<(\d+)>")
 _CUDA_FAILURE = re.compile(r"Cuda failure(?: \d+)? '([^']*)'")
+
+
+def starts_status(text: str) -> bool:
+    """A watchdog status line cut before its last count (a collector split it: joined by the scanner)."""
+    return any(start in text for start in _STATUS_STARTS) and "ast completed" not in text
+
+
+def status_complete(text: str) -> bool:
+    return _COMPLETED.search(text) is not None
 
 
 def starts_error(text: str) -> bool:

@@ -25,6 +25,7 @@ Typical use:
 from __future__ import annotations
 
 import copy
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ from grpo_doctor.logs.joiner import Joined, Joiner
 from grpo_doctor.logs.kinds import (
     ALL_KINDS,
     CHILD_FAILED,
+    NCCL_ERROR,
     NCCL_TIMEOUT,
     NCCL_WATCHDOG_STATUS,
     PYTHON_TRACEBACK,
@@ -52,6 +54,11 @@ _MAX_TEXT_CHARS = 4000
 _JOIN_STALE_LINES = 64  # a wrapped message whose stream went quiet this long is finished as is
 _STALE_LINES = 5000  # a traceback / block whose stream went quiet this long is given up
 _MAX_SEEN = 100_000
+# A paste from a terminal that padded each line to its width with spaces and lost the newlines:
+# "    raise value<168 spaces>ray.exceptions.ActorDiedError: ...". Cut only where the text after
+# the padding holds a keyword (a right-aligned source location, as Rich prints it, stays).
+_PAD = " " * 24
+_PADDING = re.compile(r"(?<=\S) {24,}(?=\S)")
 
 
 @dataclass(frozen=True)
@@ -87,6 +94,7 @@ class LineScanner:
         self._seen: set[tuple[Any, ...]] = set()
         self._previous = ""  # the line before, raw: the first piece of a terminal-wrapped line
         self._wrap: tuple[str, int | None, str, int, int] | None = None  # (source, rank, text, index, pieces)
+        self._raw_chars = 0  # the length of the line being read, prefixes included (a terminal wraps those too)
 
     def feed(self, line: str) -> list[Signature]:
         """The signatures `line` completes (the next line of the log; a trailing newline is fine)."""
@@ -98,6 +106,7 @@ class LineScanner:
         out: list[Signature] = []
         rank, source, message = split_prefix_tuple(line)
         previous, self._previous = self._previous, line
+        self._raw_chars = len(line)
         bare = not source and len(message) == len(line.rstrip("\r\n"))  # no prefix at all: maybe a wrap's piece
         if self._wrap is not None:
             if self._joiner.held:  # a message the joiner knows how to finish: its reading wins
@@ -115,6 +124,9 @@ class LineScanner:
         elif hot and torchrun.is_collapsed(message):
             self._blocks.setdefault(source, torchrun.ChildFailedBlock())
             for piece in torchrun.split_collapsed(message):
+                self._route(source, rank, piece, out)
+        elif hot and _PAD in message and (pieces := _padded_pieces(message)):
+            for piece in pieces:  # lines a terminal padded to its width and a paste ran together
                 self._route(source, rank, piece, out)
         else:
             self._route(source, rank, message, out)
@@ -221,7 +233,7 @@ class LineScanner:
         if not self._joiner.start(source, rank, text, index):
             before = len(out)
             self._detect_line(rank, text, index, out)
-            if len(out) == before and len(text) >= WRAP_MIN_CHARS:
+            if len(out) == before and max(len(text), self._raw_chars) >= WRAP_MIN_CHARS:
                 self._wrap = (source, rank, text, index, 1)  # states nothing: maybe cut by a terminal
 
     def _continue_wrap(self, bare: bool, message: str, out: list[Signature]) -> bool:
@@ -272,8 +284,8 @@ class LineScanner:
         fields = complete_fields(kind, found)
         if kind == CHILD_FAILED and fields["rank"] is not None:
             rank = fields["rank"]  # the failed worker's rank, not the launcher's prefix
-        elif rank is None:
-            rank = fields.get("rank")
+        elif rank is None and (kind != NCCL_ERROR or fields["pg"] in (None, 0) or fields["pg_desc"] == "default_pg"):
+            rank = fields.get("rank")  # an NCCL error's rank in a subgroup is not the global rank
         key = _repeat_key(kind, rank, fields)
         if key is not None:
             if key in self._seen:
@@ -304,6 +316,14 @@ class LineScanner:
             self._end_traceback(source, out)
         for source in [s for s, block in self._blocks.items() if block.last_line_index < cutoff]:
             self._emit_entries(self._blocks.pop(source).finish(), out)
+
+
+def _padded_pieces(message: str) -> list[str] | None:
+    """`message` cut at terminal padding before a piece that holds a keyword, or None."""
+    pieces = _PADDING.split(message)
+    if len(pieces) < 2 or not any(is_hot(piece) for piece in pieces[1:]):
+        return None
+    return pieces
 
 
 def _repeat_key(kind: str, rank: int | None, fields: dict[str, Any]) -> tuple[Any, ...] | None:

@@ -7,6 +7,10 @@ signals, exit). A write failure (disk full, file gone) never reaches training: t
 in a bounded buffer, are retried, and are dropped and counted past the bound; the user is
 told once.
 
+Every line is strict JSON, so `jq` and any other strict reader take a rank file: a NaN or infinite
+float (a diverged loss) is written as the string "NaN", "Infinity" or "-Infinity", which
+`schema.record_from_dict` turns back into the float (older files with bare NaN tokens read as ever).
+
 An exclusive advisory lock on the file stops two live processes from writing one rank's file
 (two processes that both think they are rank 0 because RANK is unset).
 
@@ -21,6 +25,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import json
+import math
 import os
 import threading
 from collections import deque
@@ -31,8 +36,11 @@ from typing import Any
 from grpo_doctor.schema import Record
 
 MAX_UNWRITTEN_BYTES = 8 * 1024 * 1024
-# One encoder for every line: json.dumps with options builds a new one per call.
-_ENCODER = json.JSONEncoder(separators=(",", ":"), default=str)
+# One encoder for every line: json.dumps with options builds a new one per call. allow_nan=False:
+# a non-finite float raises, and only that rare line takes the long way (`_finite`).
+_ENCODER = json.JSONEncoder(separators=(",", ":"), default=str, allow_nan=False)
+NON_FINITE_TEXT = {math.inf: "Infinity", -math.inf: "-Infinity"}  # NaN is no key: NaN != NaN
+MAX_DEPTH = 64  # nesting followed while replacing non-finite floats; records are a few levels deep
 
 
 class RecordingError(Exception):
@@ -126,7 +134,11 @@ class JsonlSink:
     def _serialise(self, raws: Iterable[Any]) -> None:
         for raw in raws:
             data = raw.to_dict() if isinstance(raw, Record) else self._encode(raw)
-            self._unwritten += _ENCODER.encode(data).encode()
+            try:
+                line = _ENCODER.encode(data)
+            except ValueError:  # a NaN or an infinity somewhere in it (or a value that holds itself)
+                line = _ENCODER.encode(_finite(data, MAX_DEPTH))
+            self._unwritten += line.encode()
             self._unwritten += b"\n"
 
     def _write(self) -> None:
@@ -152,6 +164,20 @@ class JsonlSink:
             cut = self._unwritten.rfind(b"\n", 0, len(self._unwritten) - MAX_UNWRITTEN_BYTES // 2) + 1
             self.num_dropped += self._unwritten.count(b"\n", 0, cut)
             del self._unwritten[:cut]
+
+
+def _finite(value: Any, depth: int) -> Any:
+    """`value` with every non-finite float written as its string ("NaN", "Infinity", "-Infinity").
+    Past `depth` levels a value is written as its text: a structure that holds itself ends there."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else NON_FINITE_TEXT.get(value, "NaN")
+    if depth <= 0:
+        return str(value) if isinstance(value, (dict, list, tuple)) else value
+    if isinstance(value, dict):
+        return {_finite(k, 0): _finite(v, depth - 1) for k, v in value.items()}  # a NaN key, too
+    if isinstance(value, (list, tuple)):
+        return [_finite(v, depth - 1) for v in value]
+    return value
 
 
 def _open_locked(path: Path) -> int:

@@ -4,6 +4,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from helpers import write_rank  # noqa: F401 - the analysis tests import it from here
+
 from grpo_doctor.schema import Header, RunPaths
 
 LOGS = Path(__file__).resolve().parents[1] / "data" / "logs"
@@ -17,13 +19,6 @@ def header(rank, world_size=4, host=None, launch=None, versions=None, local_worl
     return Header(**common(rank, host=host), local_rank=rank % 2, world_size=world_size, node_rank=rank // 2,
                   local_world_size=local_world_size, gpu_uuid=None, versions=versions or {},
                   launch=launch or {}, argv=["train.py"])
-
-
-def write_rank(run_dir: Path, rank: int, records) -> Path:
-    path = RunPaths(run_dir).rank_file(rank)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(r.to_dict()) + "\n" for r in records))
-    return path
 
 
 def write_hang(run_dir: Path, host: str, number: int, report: dict) -> Path:

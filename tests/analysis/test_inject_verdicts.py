@@ -10,13 +10,12 @@ Slow (about 20-50 s a run): run one at a time.
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from helpers import REPO, clean_env
+from helpers import REPO, clean_env, free_port
 
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.supervisor.watch import HANG_EXIT
@@ -46,12 +45,6 @@ def run_demo(tmp_path: Path, spec: str, steps: int) -> list[Finding]:
         env=clean_env(OMP_NUM_THREADS="1"), cwd=REPO, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
     assert (run_dir / "findings.json").is_file(), out.stdout[-3000:] + out.stderr[-3000:]
     return read_findings(run_dir)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_watch(tmp_path: Path, spec: str, steps: int, dist_timeout_s: str) -> tuple[subprocess.CompletedProcess, list]:

@@ -53,8 +53,11 @@ def test_rank_files_read_in_workers_give_the_evidence_read_here(tmp_path, pools,
     assert in_workers.run.ranks[2].open_path == "rollout" and in_workers.run.ranks[2].last_step == 18
 
 
-def test_small_runs_are_read_here(tmp_path):
+def test_small_runs_are_read_here(tmp_path, pools):
     write_run(tmp_path)
+    ev = load_evidence([tmp_path])
+    assert not pools  # no worker started for four ranks of 20 steps
+    assert len(ev.phases) == 80 and len(ev.steps) == 79 and ev.run.ranks[2].last_step == 18
     assert parallel_read._total_bytes(sorted(RunPaths(tmp_path).ranks.iterdir())) < parallel_read.MIN_PARALLEL_BYTES
 
 

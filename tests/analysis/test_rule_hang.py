@@ -107,3 +107,22 @@ def test_old_hang_files_without_stacks_read_the_captures_even_after_the_run_dire
 def test_under_watch_a_desync_names_the_rank_in_the_other_collective_not_both():
     [f] = hang.check(load_evidence([INJECT / "watch_desync"]), hang.Config())
     assert f.ranks == (1,) and f.evidence["odd_ranks"] == [1] and f.evidence["culprits"] == []
+
+
+def test_a_job_stopped_from_outside_while_hung_names_the_rank_the_others_waited_for():
+    # No collective timed out (600 s); the job was stopped with SIGTERM after about 80 s of no progress.
+    # Rank 0 had completed step 1's rollout and waited in reward; rank 1 was still in rollout.
+    [f] = hang.check(load_evidence([INJECT / "stopped"]), hang.Config())
+    assert (f.ranks, f.phase, f.step, f.evidence["waiting_ranks"]) == ((1,), "rollout", 1, [0])
+    assert f.evidence["max_idle_s"] >= 60 and f.evidence["timeout_ms"] is None
+    assert "stopped from outside (SIGTERM)" in f.title and "grpo-doctor watch" in f.hints[0]
+
+
+def test_a_rank_whose_log_just_stops_is_not_called_hung(tmp_path):
+    # The same run with rank 1's end record cut off, as when a rank is SIGKILLed (the OOM killer): it may have
+    # died rather than hung, and a dead rank is rank-crash's finding.
+    import shutil
+    run = shutil.copytree(INJECT / "hang", tmp_path / "run")
+    rank1 = run / "ranks" / "rank-00001.jsonl"
+    rank1.write_text("".join(line for line in rank1.read_text().splitlines(keepends=True) if '"kind":"end"' not in line))
+    assert not list(hang.check(load_evidence([run]), hang.Config()))

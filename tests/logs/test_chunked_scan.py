@@ -105,3 +105,21 @@ def test_every_keyword_is_searched_even_one_without_a_rare_byte():
         chunk = b"filler\n" * 3 + word.encode() + b"\n"
         assert KeywordHits(chunk, searches).next_from(0) < len(chunk), word
     assert KeywordHits(b"join ed atch dog    : \n", searches).next_from(0) == len(b"join ed atch dog    : \n")
+
+
+def test_every_keyword_has_a_chunk_anchor_and_a_line_anchor_so_none_costs_a_pass_of_its_own():
+    from grpo_doctor.logs.chunk_keywords import RARE_BYTES
+    from grpo_doctor.logs.detectors import LINE_ANCHORS
+    for word in KEYWORDS:
+        assert any(byte in word.encode() for byte in RARE_BYTES), word
+        assert any(c in word for c in LINE_ANCHORS), word
+    assert len(build_searches(KEYWORDS)) == len({next(b for b in RARE_BYTES if b in w.encode()) for w in KEYWORDS})
+
+
+def test_the_anchored_pre_check_says_exactly_what_testing_every_keyword_says():
+    lines = [line.decode("utf-8", "replace") for line in FILLER]
+    for log in sorted(DATA.glob("*.log")):
+        lines += log.read_text(encoding="utf-8", errors="replace").split("\n")
+    lines += [f"x{word}y" for word in KEYWORDS] + [word[1:] for word in KEYWORDS]
+    for line in lines:
+        assert is_hot(line) == any(word in line for word in KEYWORDS), line

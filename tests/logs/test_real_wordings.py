@@ -98,3 +98,72 @@ def test_the_heartbeat_monitor_alone_is_an_nccl_timeout_naming_the_ranks_it_stop
     log.write_text("\n".join(LOG.read_text().splitlines()[3:5]) + "\n")
     [f] = nccl_timeout.check(load_evidence([log]), nccl_timeout.Config())
     assert (f.ranks, f.evidence["stuck_s"]) == ((6,), 480)
+
+
+def test_ray_task_headers_name_the_rank_from_the_actors_repr():
+    header = _by_line()[27]
+    assert (header.kind, header.rank, header.fields["component"]) == ("worker-died", 13, "ray-actor")
+    assert (header.fields["class_name"], header.fields["actor_name"], header.fields["pid"]) == (
+        "DTensorPolicyWorkerV2", "lm_policy-1-5", 18211)
+
+
+def test_torchrun_agent_stopped_by_a_signal_in_every_shape_names_the_signal():
+    sigs = _by_line()
+    assert [(sigs[n].fields["component"], sigs[n].fields["exc_type"]) for n in (28, 29, 30)] == [
+        ("launcher-signal", "SIGTERM"), ("launcher-signal", "SIGINT"), ("launcher-signal", "SIGHUP")]
+
+
+def test_child_process_deaths_read_the_raw_wait_status_and_sglangs_sigquit():
+    sigs = _by_line()
+    assert (sigs[31].fields["exitcode"], sigs[31].fields["pid"], sigs[31].fields["exc_type"]) == (1, 97721, "exit code 1")
+    assert sigs[32].fields["component"] == "child-process"
+
+
+def test_vllm_engine_core_deaths_in_every_wording_are_engine_deaths():
+    sigs = _by_line()
+    assert {sigs[n].fields["component"] for n in (33, 34, 35)} == {"vllm-engine"}
+    assert sigs[35].fields["actor_name"] == "EngineCore_0"
+
+
+def test_ray_memory_monitor_through_the_killed_tasks_error_is_a_host_oom():
+    assert (_by_line()[36].kind, _by_line()[36].fields["source"]) == ("host-oom", "ray")
+
+
+def test_a_status_line_a_collector_split_is_joined_back_with_its_counts():
+    status = _by_line()[37]
+    assert (status.rank, status.fields["seq"], status.fields["last_enqueued"], status.fields["last_completed"]) == (
+        3, 2070, 2082, 2069)
+
+
+def test_an_nccl_error_behind_the_default_groups_tag_names_that_rank_and_a_subgroups_does_not():
+    assert _by_line()[39].rank == 1
+    [sub] = [s for s in scan_text("[PG ID 2 PG GUID 5(TP) Rank 1] Process group watchdog thread terminated with "
+                                  "exception: NCCL error: remote process exited or there was a network error\n")
+             if s.kind == "nccl-error"]
+    assert (sub.rank, sub.fields["pg"]) == (None, 2)
+
+
+def test_old_tcpstores_connect_timeout_is_a_rendezvous_failure_with_its_timeout():
+    connect = _by_line()[43]
+    assert (connect.kind, connect.fields["error_type"], connect.fields["timeout_s"]) == (
+        "rendezvous-failure", "client-connect-timeout", 60.0)
+
+
+def test_a_terminal_padded_paste_is_cut_where_a_keyword_follows_the_padding():
+    log = DATA.parent / "corpus" / "nemo-rl" / "dtensor-policy-worker-creation-actor-died.log"
+    [died] = [s for s in scan_file(log) if s.kind == "worker-died"]
+    assert (died.rank, died.fields["exc_type"], died.fields["pid"]) == (2, "ActorDiedError", 2791977)
+    # a right-aligned location after padding (Rich) is no line of its own
+    assert scan_text("failed (exitcode: -9) local_rank: 5 (pid: 22) of" + " " * 40 + "api.py:673\n")[0].fields[
+        "local_rank"] == 5
+
+
+def test_findings_from_the_new_families():
+    crashes = list(rank_crash.check(load_evidence([LOG]), rank_crash.Config()))
+    titles = " | ".join(f.title for f in crashes)
+    assert "torchrun's agent received SIGTERM from outside" in titles  # the first of the three, one finding
+    assert "a child process died (exit code 1, pid 97721)" in titles
+    ranked = next(f for f in crashes if f.ranks == (13,))
+    assert ranked.evidence["component"] == "ray-actor" and ranked.severity == "critical"
+    ooms = list(host_oom.check(load_evidence([LOG]), host_oom.Config()))
+    assert any(f.evidence.get("source") == "ray" for f in ooms)

@@ -9,17 +9,11 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import clean_env, has_cuda
+from helpers import clean_env, free_port, has_cuda
 
 from grpo_doctor.probe.collectives import bus_factor
 
 SMALL = ["--sizes", "1K,64K", "--iters", "2", "--warmup", "1", "--p2p-size", "256K", "--repeats", "1"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def probe_cmd(*args: str) -> list[str]:

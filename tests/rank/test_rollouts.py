@@ -1,11 +1,10 @@
 """gd.rollouts(): what a real process records for a step's completions, and what it never does."""
 import json
-import socket
 import subprocess
 import sys
 
 import pytest
-from helpers import clean_env, run_program, write_program
+from helpers import clean_env, free_port, run_program, write_program
 
 from grpo_doctor.checks.hashing import hash_text, hash_token_ids
 from grpo_doctor.eventlog import load_run
@@ -145,12 +144,6 @@ def test_without_a_process_group_the_cross_rank_comparison_says_it_has_no_effect
     (line,) = out.stderr.strip().splitlines()
     assert "compare_across_ranks=True) has no effect: torch.distributed is not initialised" in line
     assert len(rollout_records(tmp_path / "run")) == 2
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.distributed

@@ -1,9 +1,10 @@
 """A run whose every user-controlled string is an HTML/script payload: host names, phase names, an
 exception message, a metric name, a launch variable, and a raw log line beside a CUDA OOM."""
-import json
 from pathlib import Path
 
-from grpo_doctor.schema import End, EndReason, Error, Header, PhaseBegin, PhaseEnd, RunPaths, Step
+from helpers import write_rank
+
+from grpo_doctor.schema import End, EndReason, Error, Header, PhaseBegin, PhaseEnd, Step
 
 SCRIPT = '<script>console.error("xss-script-ran")</script>'
 IMG = '<img src=x onerror="console.error(\'xss-img-ran\')">'
@@ -42,9 +43,3 @@ def write_hostile_run(root: Path) -> tuple[Path, Path]:
 
 def common(rank, step, t, host):
     return dict(rank=rank, host=host, pid=1000 + rank, step=step, t=t, mono=t)
-
-
-def write_rank(run_dir: Path, rank: int, records) -> None:
-    path = RunPaths(run_dir).rank_file(rank)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(r.to_dict()) + "\n" for r in records))

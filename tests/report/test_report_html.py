@@ -1,8 +1,10 @@
 import re
 
+from helpers import write_rank
 from hostile import IMG, SCRIPT, write_hostile_run
 
 from grpo_doctor.cli.main import main
+from grpo_doctor.schema import End, EndReason, Header, Step
 
 
 def _report(tmp_path, *extra):
@@ -31,10 +33,29 @@ def test_report_is_self_contained_with_findings_first(tmp_path, capsys):
 
 
 def test_environment_rows_that_differ_between_hosts_are_highlighted_first(tmp_path, capsys):
-    _, html = _report(tmp_path)
-    table = html[html.index('id="environment"'):html.index('id="logs"')]
-    rows = re.findall(r'<tr class="([^"]*)"><td>([^<]*)</td>', table)
-    assert rows and all(cls == "" for cls, _ in rows)  # both hosts launched identically: nothing highlighted
+    # Two nodes launched alike but for their torch build and network interface (ranks 0 and 1 on node-a).
+    run = tmp_path / "run"
+    settings = {"node-a": ("2.13.0+cu128", "ib0"), "node-b": ("2.5.1+cu124", "eth0")}
+    for rank, host in enumerate(("node-a", "node-a", "node-b", "node-b")):
+        torch_version, ifname = settings[host]
+        c = dict(rank=rank, host=host, pid=1000 + rank, mono=1.0, t=1.0)
+        write_rank(run, rank, [
+            Header(**c, step=None, local_rank=rank % 2, world_size=4, node_rank=rank // 2, local_world_size=2,
+                   gpu_uuid=None, versions={"torch": torch_version, "trl": "0.19.1"},
+                   launch={"NCCL_SOCKET_IFNAME": ifname, "NPROC_PER_NODE": "2"}, argv=["train.py"]),
+            Step(**dict(c, mono=2.0, t=2.0), step=0, metrics={"loss": 0.5}),
+            End(**dict(c, mono=3.0, t=3.0), step=1, reason=EndReason.EXIT)])
+    main(["report", str(run)])
+    html = (run / "report.html").read_text()
+    start = html.index('id="environment"')
+    table = html[start:html.index("</table>", start)]
+    rows = re.findall(r'<tr class="([^"]*)"><td>([^<]*)</td>\s*((?:<td>[^<]*</td>)*)', table)
+    highlighted = [key for cls, key, _ in rows if cls == "differs"]
+    assert sorted(highlighted) == ["NCCL_SOCKET_IFNAME", "version: torch"], rows
+    assert [key for _, key, _ in rows[:2]] == highlighted  # first in the table
+    assert {key for cls, key, _ in rows if cls == ""} == {"NPROC_PER_NODE", "ranks on this host", "version: trl"}
+    cells = dict((key, values) for _, key, values in rows)
+    assert cells["version: torch"] == "<td>2.13.0+cu128</td><td>2.5.1+cu124</td>"  # one column per host
 
 
 def test_log_excerpt_shows_the_lines_around_the_signature(tmp_path, capsys):

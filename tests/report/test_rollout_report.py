@@ -1,16 +1,16 @@
 import hashlib
 import importlib.util
-import json
 from pathlib import Path
 
 import jinja2
+from helpers import write_rank
 from hostile import IMG, SCRIPT
 
 from grpo_doctor.analysis.load import load_evidence
 from grpo_doctor.analysis.rollout_tables import EVENT_LOG_SOURCE
 from grpo_doctor.report.render import TEMPLATES
 from grpo_doctor.report.rollout_plots import PANELS, metric_series, rollout_section
-from grpo_doctor.schema import Rollout, RunPaths, Step
+from grpo_doctor.schema import Rollout, Step
 
 METRIC_LOGS = Path(__file__).resolve().parents[1] / "data" / "metric_logs"
 
@@ -41,9 +41,7 @@ def healthy_metrics(num_steps):
 
 def write_run(run_dir, per_rank):
     for rank, records in per_rank.items():
-        path = RunPaths(run_dir).rank_file(rank)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("".join(json.dumps(r.to_dict()) + "\n" for r in records))
+        write_rank(run_dir, rank, records)
     return run_dir
 
 

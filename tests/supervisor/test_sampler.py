@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 
+import psutil
 import pytest
 from helpers import clean_env
 
@@ -99,16 +100,24 @@ def by_rank(samples):
     return {s.rank: s for s in samples if isinstance(s, ProcSample)}
 
 
+def cpu_s(pid: int) -> float:
+    times = psutil.Process(pid).cpu_times()
+    return times.user + times.system
+
+
 def test_busy_sleeping_and_allocating_ranks_are_told_apart(tmp_path, spawn):
     busy, sleeping, allocating = spawn(BUSY), spawn(SLEEPING), spawn(ALLOCATING)
     sampler = Sampler(tmp_path / "samples.jsonl", nvml=FakeNvml())
+    began_cpu_s, began = cpu_s(busy.pid), time.monotonic()
     sampler.set_targets({0: busy.pid, 1: sleeping.pid, 2: allocating.pid})
     time.sleep(1.0)  # cpu_pct covers the time since set_targets
     procs = by_rank(sampler.sample_once())
+    got_pct = 100 * (cpu_s(busy.pid) - began_cpu_s) / (time.monotonic() - began)
     assert procs[2].rss_bytes >= 100 * MiB and procs[1].rss_bytes < 100 * MiB
-    # A spinning process gets ~100% of a core on an idle machine; 10% leaves room for a shared,
-    # oversubscribed one (seen as low as 12% here), while a sleeping one stays at ~0.
-    assert procs[0].cpu_pct >= 10 and procs[1].cpu_pct <= 2, (procs[0].cpu_pct, procs[1].cpu_pct)
+    # The spinning process's share of a core depends on what else runs (under 10 % beside six busy
+    # processes on two cores): the sampler must report the share it got, as its own counters say.
+    assert procs[0].cpu_pct == pytest.approx(got_pct, rel=0.2, abs=3), (procs[0].cpu_pct, got_pct)
+    assert procs[1].cpu_pct <= 2 < procs[0].cpu_pct, (procs[0].cpu_pct, procs[1].cpu_pct)  # asleep: ~0 however busy
     assert procs[0].state == "running" and procs[1].state == "sleeping"
     assert all(p.num_threads >= 1 for p in procs.values())
     assert sampler.latest(1) == procs[1] and sampler.latest(7) is None
@@ -117,14 +126,26 @@ def test_busy_sleeping_and_allocating_ranks_are_told_apart(tmp_path, spawn):
 def test_a_process_sampled_the_moment_it_is_found_reads_unmeasured_not_idle(tmp_path, spawn):
     busy, sleeping = spawn(BUSY), spawn(SLEEPING)
     sampler = Sampler(tmp_path / "samples.jsonl", nvml=FakeNvml())
+    began_cpu_s, began = cpu_s(busy.pid), time.monotonic()
     sampler.set_targets({0: busy.pid, 1: sleeping.pid})
     first = by_rank(sampler.sample_once())  # a few ms later: too short for a CPU figure
     assert first[0].cpu_pct is None and first[0].state == "running" and first[0].rss_bytes > 0
     assert shows_work(first[0]) and shows_work(first[1]) and shows_work(None)
     time.sleep(1.0)
     second = by_rank(sampler.sample_once())  # covers the time since set_targets
-    assert second[0].cpu_pct >= 10 and shows_work(second[0])
+    got_pct = 100 * (cpu_s(busy.pid) - began_cpu_s) / (time.monotonic() - began)
+    assert second[0].cpu_pct == pytest.approx(got_pct, rel=0.2, abs=3), (second[0].cpu_pct, got_pct)
     assert second[1].cpu_pct <= 2 and not shows_work(second[1])
+
+
+def test_work_is_cpu_above_five_percent_or_not_yet_measured():
+    def sample(cpu_pct, state):
+        return ProcSample(t=0.0, rank=0, pid=1, rss_bytes=1, cpu_pct=cpu_pct, state=state, num_threads=1)
+
+    assert shows_work(sample(30.0, "running")) and shows_work(sample(6.0, "sleeping"))
+    assert not shows_work(sample(5.0, "running")) and not shows_work(sample(0.0, "sleeping"))
+    assert shows_work(sample(None, "running")) and shows_work(sample(None, "disk-sleep"))
+    assert not shows_work(sample(None, "gone")) and not shows_work(sample(None, "zombie"))
 
 
 def test_a_killed_rank_reads_gone_and_the_others_are_still_sampled(tmp_path, spawn):
@@ -136,7 +157,8 @@ def test_a_killed_rank_reads_gone_and_the_others_are_still_sampled(tmp_path, spa
     procs = by_rank(sampler.sample_once())
     assert procs[0] == ProcSample(t=procs[0].t, rank=0, pid=victim.pid, rss_bytes=None, cpu_pct=None,
                                   state="gone", num_threads=None)
-    assert procs[1].state == "sleeping" and procs[1].rss_bytes > 0
+    # (just started: it may not have reached its sleep yet on a loaded machine)
+    assert procs[1].state in ("sleeping", "running") and procs[1].rss_bytes > 0
 
 
 def test_a_rank_dead_before_it_was_targeted_reads_gone(tmp_path, spawn):
@@ -230,12 +252,20 @@ def test_the_thread_samples_at_its_interval_and_stops_within_the_timeout(tmp_pat
     deadline = time.monotonic() + 10
     while (not out.exists() or len(out.read_text().splitlines()) < 9) and time.monotonic() < deadline:
         time.sleep(0.02)
-    t0 = time.monotonic()
-    assert sampler.stop(timeout_s=2.0)
-    assert time.monotonic() - t0 < 1.0
+    assert sampler.stop(timeout_s=30.0)
     samples = load_samples(out)
     assert len(samples) >= 9 and len(samples) % 3 == 0  # whole rounds: two GPUs and one rank each
     assert sampler.latest(0).state == "sleeping" and sampler.cpu_s > 0
+    # stop() wakes the thread from its wait: an hour-long interval does not hold it.
+    out_hourly = tmp_path / "hourly.jsonl"
+    hourly = Sampler(out_hourly, nvml=FakeNvml(), interval_s=3600.0)
+    hourly.set_targets({0: spawn(SLEEPING).pid})
+    hourly.start()
+    deadline = time.monotonic() + 30
+    while not (out_hourly.exists() and out_hourly.read_text().count("\n") >= 3) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert len(load_samples(out_hourly)) == 3  # its first round, then the hour's wait began
+    assert hourly.stop(timeout_s=60.0)
 
 
 @pytest.mark.gpu

@@ -11,23 +11,16 @@ Typical use (in a test module):
 """
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-from helpers import REPO, LaunchedRun, clean_env
+from helpers import REPO, LaunchedRun, clean_env, free_port
 
 # A first DeepSpeed run on a fresh machine JIT-compiles its shared-memory op (about a minute).
 DEFAULT_TIMEOUT_S = 300
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def launch(run_dir: Path, *args: str, nproc: int = 2, timeout_s: float = DEFAULT_TIMEOUT_S) -> LaunchedRun:

@@ -3,9 +3,9 @@
 Two sources. watch's hang reports (supervisor/<host>/hang-N.json), made while the job hung, with
 every rank's stack. Without watch, the rank records alone: another rank raised a collective timeout
 (gloo's "Timed out waiting 20000ms", NCCL's watchdog) while this rank sat in an open phase without
-progress for (nearly) the whole timeout; or nobody raised, every rank stood still for `min_idle_s`
-until the job was stopped from outside (a time limit, Ctrl-C), and this rank was still in a phase
-that every other rank had completed in that step.
+progress for (nearly) the whole timeout and was stopped (SIGTERM) only afterwards; or nobody
+raised, every rank stood still for `min_idle_s` until the job was stopped from outside (a time
+limit, Ctrl-C), and this rank was still in a phase that every other rank had completed in that step.
 
 Evidence keys: `source` ("watch" or "event-log"), `culprits` (ranks the others wait for),
 `open_phases` ({rank: open phase path}), `steps` ({rank: last step}), `max_idle_s` (longest time
@@ -64,6 +64,9 @@ class Config:
     min_idle_frac_of_timeout: float = 0.9
     # ... or for this long where the timeout message names no timeout.
     min_idle_s: float = 60.0
+    # The culprit must still have been alive when the others gave up (its end record is not earlier than
+    # this before their timeout): the clocks of two hosts may disagree by this much.
+    end_slack_s: float = 2.0
 
 
 def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
@@ -148,7 +151,9 @@ def _from_rank_records(run: Evidence, cfg: Config) -> Iterator[Finding]:
     for rank, pos in positions.items():
         if rank in failures or pos.error is not None or pos.open_path is None or pos.last_progress_t is None:
             continue  # it raised itself, or it was between phases: not held up anywhere we can name
-        if pos.end_reason in ("exit", "shutdown"):
+        if pos.end_reason != "signal" or (pos.ended_t or 0.0) < gave_up_t - cfg.end_slack_s:
+            # Alive until after the others gave up, then stopped: hung. A log that just stops may be a rank
+            # that died (SIGKILL, the OOM killer) and made the others wait: that is rank-crash's to say.
             continue
         if gave_up_t - pos.last_progress_t >= need_idle_s:
             culprits.append(rank)

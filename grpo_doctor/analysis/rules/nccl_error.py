@@ -189,7 +189,7 @@ def _evidence(kind: str, rows: list[dict[str, Any]], cfg: Config) -> dict[str, A
         "cuda_errors": distinct(f.get("cuda_error") for f in fields),
         "nccl_versions": distinct(f.get("nccl_version") for f in fields),
         "pids": distinct(f.get("pid") for f in fields),
-        "num_reports": len(rows),
+        "num_reports": sum(row.get("count", 1) for row in rows),  # a row may stand for repeats (signature_rows.py)
         "sources": distinct(row["source"] for row in rows),
     }
 

@@ -2,7 +2,8 @@
 
 Reports are grouped by process group. Same sequence number on every reporting rank: they all
 entered that collective and waited for someone; the ranks known to the run that did not report
-are the likely stuck ones. Different sequence numbers: the ranks are desynchronised (they issued
+are the likely stuck ones (a rank whose watchdog status line names the same sequence number reports
+too, in whatever wording). Different sequence numbers: the ranks are desynchronised (they issued
 different numbers of collectives), usually because they took different code paths.
 
 Evidence keys: `seq` (lowest reported), `op`, `numel_in`, `numel_out`, `timeout_ms`, `ran_for_ms`
@@ -78,6 +79,13 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
     if not by_pg and stuck:
         yield _stuck_finding(run, stuck)
     for (pg, pg_desc), reports in by_pg.items():
+        # A rank whose own status line names one of these sequence numbers ("[PG 1 Rank 3] Exception ...
+        # detected by watchdog at work: 1580") was in the collective too: it reports, it is not absent.
+        reported_seqs = {f.get("seq") for f in reports.values()} - {None}
+        for rank, f in status.items():
+            if rank is not None and rank not in reports and f.get("seq") in reported_seqs \
+                    and (pg is None or f.get("pg") is None or f.get("pg") == pg):
+                reports[rank] = {**f, "op": None}
         reporting = sorted(r for r in reports if r is not None)
         seqs = {r: f.get("seq") for r, f in reports.items() if r is not None}
         desync = len(set(seqs.values())) > 1

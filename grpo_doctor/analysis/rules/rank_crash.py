@@ -53,7 +53,7 @@ HINT_ACTOR = ("A Ray worker process died without a Python error (SYSTEM_ERROR): 
 COLLATERAL_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP")
 # Evidence keys that raw logs add (see analysis.log_crashes).
 LOG_KEYS = ("suspected", "confirm_with", "exception", "rank_is_local", "pid", "cuda_fault", "component", "actor",
-            "ip", "exit_type", "exit_detail")
+            "ip", "exit_type", "exit_detail", "exitcode")
 # Exception messages of a rank whose peer died first (gloo, NCCL, c10d): the effect, not the cause.
 PEER_LOST = ("Connection closed by peer", "Connection reset by peer", "remote worker crashing",
              "remote process exited", "Broken pipe", "NCCL communicator was aborted")
@@ -153,9 +153,16 @@ def _unranked_findings(unranked: list[dict[str, Any]]) -> Iterator[Finding]:
             title = "torchrun reported a failed worker (ChildFailedError); the log shows no rank's entry"
         elif component == "process":
             title = f"a process died on {info.get('exc_type')}"
+        elif component == "child-process":
+            title = f"a child process died ({info.get('exc_type')}" + (f", pid {info['pid']})" if info.get("pid") else ")")
+        elif component == "launcher-signal":
+            title = (f"torchrun's agent received {info.get('exc_type')} from outside and stopped its workers "
+                     "(a closed terminal, a scheduler's time limit or preemption, Ctrl-C)")
         else:
             title = f"the rollout engine died: {info.get('exc_type')}"
-        yield Finding(id=ID, severity="critical", title=title, ranks=(), hosts=(), step=None, phase=None,
+            if info.get("exception") and not info["exception"].startswith(str(info.get("exc_type"))):
+                title += f" ({info['exception'][:160]})"
+        yield Finding(id=ID, severity="warning" if component == "launcher-signal" else "critical", title=title, ranks=(), hosts=(), step=None, phase=None,
                       evidence={"exc_type": info.get("exc_type"), "message": info.get("message"), "signal": None,
                                 "exitcode": None, "source": info.get("source"), "root_cause": None,
                                 "num_reports": len(infos), **{k: info[k] for k in LOG_KEYS if info.get(k) is not None}},
@@ -168,8 +175,9 @@ def _hints(signal: str | None, exitcode: int | None, info: dict[str, Any] | None
     if info.get("cuda_fault"):
         return (HINT_CUDA_FAULT, HINTS[0])
     if info.get("component") == "ray-actor":
-        return (HINT_ACTOR, HINTS[0])
-    if info.get("component") in ("process", "launcher"):
+        raised = str(info.get("exc_type") or "").startswith("error in ") or "creation task" in str(info.get("message"))
+        return (HINTS[0],) if raised else (HINT_ACTOR, HINTS[0])  # its own Python error, not a dead process
+    if info.get("component") in ("process", "launcher", "child-process", "launcher-signal"):
         return (HINTS[0], HINTS[2])
     if info.get("component"):
         return (HINT_ENGINE, HINTS[0])

@@ -115,7 +115,8 @@ def _evidence(cause: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
         "errnos": list(dict.fromkeys(f["errno"] for f in fields if f.get("errno") is not None)),
         "timeout_s": max(timeouts) if timeouts else None,
         "joined": with_counts.get("joined"), "expected": with_counts.get("expected"),
-        "num_reports": len(rows), "sources": list(dict.fromkeys(row["source"] for row in rows)),
+        "num_reports": sum(row.get("count", 1) for row in rows),  # a row may stand for repeats (signature_rows.py)
+        "sources": list(dict.fromkeys(row["source"] for row in rows)),
     }
 
 

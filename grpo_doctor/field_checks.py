@@ -1,0 +1,126 @@
+"""Whether a record read from a rank file holds the types its schema declares, and sane numbers.
+
+A rank file is input like any other: a collector may splice in garbage that is valid JSON, an
+older or hand-written tool may write `"metrics": null`, and a single corrupt header may claim a
+world size of a billion. Every reader of records (rules, the report, `summary`) trusts the types
+in schema.py, so a record whose fields do not have them is a bad line, judged once, here, with
+the field named. Numbers that size something (world size, rank numbers) are checked against
+bounds no real job comes near.
+
+Typical use:
+    record = record_from_dict(data)
+    problem = wrong_field(record)          # None, or "step field metrics: null is not a dict"
+    if problem: count it as a bad line
+    checker_of(Memory, "host_rss_bytes")(value)   # True when the value fits the field
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import types
+import typing
+from collections.abc import Callable
+from enum import Enum
+from typing import Any
+
+from grpo_doctor.schema import Header, Record, Step, UnknownRecord
+
+# Larger than any job grpo-doctor is meant for (the largest public GRPO runs use thousands of GPUs);
+# a larger world size or rank number is corruption, and must not size a list, a set or a table.
+MAX_WORLD_SIZE = 1 << 17
+# Nesting a record of a kind this version does not know may hold: records are flat, a few levels at most.
+MAX_UNKNOWN_DEPTH = 32
+
+Check = Callable[[Any], bool]
+_SCALAR_TYPES = (str, int, float, bool, type(None))
+# The rank side writes any scalar as a metric, bools included (recorder._SCALARS).
+_OVERRIDES: dict[tuple[type, str], Check] = {
+    (Step, "metrics"): lambda v: type(v) is dict and all(type(k) is str and type(x) in _SCALAR_TYPES
+                                                         for k, x in v.items()),
+}
+
+
+def wrong_field(record: Record | UnknownRecord) -> str | None:
+    """What is wrong with the record's fields (the first field found), or None when nothing is."""
+    if isinstance(record, UnknownRecord):
+        if not within_depth(record.data, MAX_UNKNOWN_DEPTH):
+            return f"{record.kind} record nested more than {MAX_UNKNOWN_DEPTH} levels deep"
+        return None
+    cls = type(record)
+    for name, check in _checks(cls):
+        value = getattr(record, name)
+        if not check(value):
+            return f"{cls.KIND.value} field {name}: {_show(value)} is not of type {_expected(cls, name)}"
+    if not 0 <= record.rank < MAX_WORLD_SIZE:
+        return f"{cls.KIND.value} field rank: {record.rank} is out of range (0 to {MAX_WORLD_SIZE - 1})"
+    return None
+
+
+def sane_world_size(header: Header) -> bool:
+    return 1 <= header.world_size <= MAX_WORLD_SIZE
+
+
+def checker_of(cls: type[Record], name: str) -> Check:
+    return dict(_checks(cls))[name]
+
+
+def within_depth(value: Any, max_depth: int) -> bool:
+    """Whether lists and dicts nest at most `max_depth` levels (iterative: no recursion to overflow)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            item = item.values()
+        elif not isinstance(item, list):
+            continue
+        if depth > max_depth:
+            return False
+        stack.extend((v, depth + 1) for v in item if isinstance(v, dict | list))
+    return True
+
+
+@functools.cache
+def _checks(cls: type[Record]) -> tuple[tuple[str, Check], ...]:
+    hints = typing.get_type_hints(cls)
+    return tuple((f.name, _OVERRIDES.get((cls, f.name)) or _check_for(hints[f.name])) for f in dataclasses.fields(cls))
+
+
+def _check_for(hint: Any) -> Check:
+    """A predicate for values of the annotated type, as JSON decodes them (a float field takes an
+    int, which JSON writes for 2.0; a bool is no int here: `true` where a count belongs is garbage)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return lambda v: type(v) in _SCALAR_TYPES
+    if hint is type(None):
+        return lambda v: v is None
+    if origin in (typing.Union, types.UnionType):
+        parts = [_check_for(a) for a in args]
+        return lambda v: any(p(v) for p in parts)
+    if hint is int:
+        return lambda v: type(v) is int
+    if hint is float:
+        return lambda v: type(v) is float or type(v) is int
+    if hint is str:
+        return lambda v: type(v) is str
+    if isinstance(hint, type) and issubclass(hint, Enum):  # read back as its str value
+        return lambda v: isinstance(v, str)
+    if hint is bool:
+        return lambda v: type(v) is bool
+    if origin is dict:
+        key, value = (_check_for(a) for a in args)
+        return lambda v: type(v) is dict and all(key(k) and value(x) for k, x in v.items())
+    if origin is list:
+        item = _check_for(args[0])
+        return lambda v: type(v) is list and all(item(x) for x in v)
+    raise TypeError(f"no check for {hint!r}")  # a new annotation in schema.py: add it above
+
+
+def _expected(cls: type[Record], name: str) -> str:
+    hint = typing.get_type_hints(cls)[name]
+    text = hint.__name__ if isinstance(hint, type) else str(hint)
+    return text.replace("typing.", "").replace("grpo_doctor.schema.", "")
+
+
+def _show(value: Any) -> str:
+    text = "null" if value is None else repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
