@@ -9,8 +9,8 @@ before; each later one only adds to its first row's `count` and moves its `last_
 The shape is the text with numbers and hex addresses blanked, so "seq 1041" and "seq 1042" are
 one message. At most `MAX_ROWS` rows are kept in all, the rest counted and said in one warning.
 
-Rows that absorbed repeats carry `count` (occurrences, the row's own included) and
-`last_line_number`; other rows are exactly as before, so the rules see the same rows for any log
+Rows that absorbed repeats carry `count` (the occurrences the row stands for: its own and the
+later ones not kept, so the counts of a key's rows add up to its occurrences) and `last_line_number`; other rows are exactly as before, so the rules see the same rows for any log
 without more than `SAMPLES_PER_KEY` repeats of one message.
 
 Typical use:
@@ -73,7 +73,7 @@ class SignatureRows:
         kept = self._kept.get(key, 0)
         if kept >= SAMPLES_PER_KEY:
             first = self._first[key]
-            first["count"] = first.get("count", kept) + 1
+            first["count"] = first.get("count", 1) + 1
             first["last_line_number"] = max(first.get("last_line_number", 0), sig.line_number)
             return
         if len(self.rows) >= MAX_ROWS:

@@ -5,7 +5,6 @@ import json
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -92,12 +91,12 @@ def test_two_nodes_launched_with_different_settings_get_config_mismatch_naming_t
 
 
 def test_an_unresolvable_master_is_named_at_once(tmp_path):
-    started = time.monotonic()
+    # An hour's rendezvous timeout: had the probe waited it out for a name, `run` would time out.
     out = run(probe_cmd("--nnodes", "2", "--node-rank", "1", "--master-addr", "no-such-node.invalid",
-                        "--nproc-per-node", "1", "--rdzv-timeout", "30", "--run-dir", "run"), tmp_path)
+                        "--nproc-per-node", "1", "--rdzv-timeout", "3600", "--run-dir", "run"), tmp_path)
     assert out.returncode == 1
     assert "CRITICAL rendezvous-failure: MASTER_ADDR:MASTER_PORT=no-such-node.invalid:29500: unresolvable" in out.stdout
-    assert "collectives not run" in out.stdout and time.monotonic() - started < 25  # no 30 s wait for a name
+    assert "collectives not run" in out.stdout
     (node,) = (tmp_path / "run/probe").glob("node-001-*.json")
     assert json.loads(node.read_text())["preflight"]["connect"] == "unresolvable"
 

