@@ -6,6 +6,10 @@ Lines are cut at `max_line_bytes` (the rest of such a line is skipped, so line n
 of the file), undecodable bytes become U+FFFD, and only "\\n" ends a line (a progress bar's "\\r"
 stays inside its line, where `prefixes.split_prefix` deals with it).
 
+A log written as UTF-16 (PowerShell's `>` and `Tee-Object` write UTF-16LE with a byte-order mark)
+is read as UTF-8, transcoded in bounded blocks; a UTF-8 byte-order mark is skipped. Other files are
+read as the bytes they are.
+
 `iter_chunks` gives the same lines in chunks of about a megabyte, as bytes, for a caller that
 searches the raw bytes first and decodes only some lines (`line_at` cuts and decodes one line
 exactly as `iter_lines` would).
@@ -18,6 +22,7 @@ Typical use:
 """
 from __future__ import annotations
 
+import codecs
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -31,7 +36,7 @@ def iter_lines(path: str | Path, max_bytes: int | None = None,
     """The file's lines (with their "\\n"); with `max_bytes`, only the lines that start within
     its first `max_bytes` bytes."""
     budget = max_bytes if max_bytes is not None else float("inf")
-    with open(path, "rb") as f:
+    with open_log(path) as f:
         while budget > 0:
             raw = f.readline(max_line_bytes)
             if not raw:
@@ -61,7 +66,7 @@ def iter_chunks(path: str | Path, max_bytes: int | None = None, max_line_bytes: 
     last_byte = None if max_bytes is None else max_bytes - 1  # the line holding it is the last one read
     carry = b""  # the start of a line that the reads so far did not end, at most max_line_bytes of it
     offset = 0  # bytes read so far
-    with open(path, "rb") as f:
+    with open_log(path) as f:
         while block := f.read(chunk_bytes):
             offset += len(block)
             if last_byte is not None and offset > last_byte:
@@ -83,3 +88,58 @@ def line_at(chunk: bytes, start: int, max_line_bytes: int = MAX_LINE_BYTES) -> t
     where the next line starts."""
     end = chunk.find(b"\n", start) + 1 or len(chunk)
     return chunk[start:min(end, start + max_line_bytes)].decode("utf-8", "replace"), end
+
+
+def open_log(path: str | Path):
+    """The file opened for reading as UTF-8 bytes: past a UTF-8 byte-order mark, or, after a UTF-16
+    one, a reader that transcodes (`read` and `readline` as a binary file has them)."""
+    f = open(path, "rb")
+    bom = f.read(3)
+    if bom[:2] in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE):
+        f.seek(0)
+        return _Utf16AsUtf8(f)
+    if bom != codecs.BOM_UTF8:
+        f.seek(0)
+    return f
+
+
+class _Utf16AsUtf8:
+    """A UTF-16 file read as UTF-8, `TRANSCODE_BYTES` of it at a time (memory bounded by that and by
+    what the caller asks for); undecodable units become U+FFFD as elsewhere."""
+
+    TRANSCODE_BYTES = 1 << 16
+
+    def __init__(self, raw: BinaryIO) -> None:
+        self._raw = raw
+        self._decoder = codecs.getincrementaldecoder("utf-16")("replace")  # reads the BOM, drops it
+        self._buffer = b""
+        self._eof = False
+
+    def __enter__(self) -> _Utf16AsUtf8:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._raw.close()
+
+    def _fill(self) -> bool:
+        """Transcodes one more block; False at the end of the file."""
+        if self._eof:
+            return False
+        block = self._raw.read(self.TRANSCODE_BYTES)
+        self._eof = not block
+        self._buffer += self._decoder.decode(block, final=self._eof).encode("utf-8", "replace")
+        return True
+
+    def read(self, size: int) -> bytes:
+        while len(self._buffer) < size and self._fill():
+            pass
+        out, self._buffer = self._buffer[:size], self._buffer[size:]
+        return out
+
+    def readline(self, limit: int) -> bytes:
+        while True:
+            newline = self._buffer.find(b"\n", 0, limit)
+            if newline >= 0 or len(self._buffer) >= limit or not self._fill():
+                end = newline + 1 if newline >= 0 else limit
+                out, self._buffer = self._buffer[:end], self._buffer[end:]
+                return out
