@@ -142,8 +142,8 @@ def _memory_effects(root: Finding, other: Finding, findings: list[Finding]) -> b
 
 
 def _hang_effects(root: Finding, other: Finding, findings: list[Finding]) -> bool:
-    if other.id == "hang":
-        return False
+    if other.id == "hang":  # the ranks hung because they waited in mismatched collectives
+        return root.id == "collective-mismatch"
     if other.id == "rank-crash" and set(other.ranks) and set(other.ranks) <= set(root.ranks):
         return _crash_waited(other, findings)  # the culprit's own crash is news, a victim's is not
     return _collective_effects(root, other, findings)

@@ -14,7 +14,11 @@ as JSON (pg_status numbers as strings, no stack frames). Layout, dump version "2
 The dump does not say which rank wrote it: the file name does (torch's writer appends the rank).
 
 A pickle runs code when it names a callable; torch's dump never does, so the unpickler here refuses
-every global and a crafted file can at worst fail to load.
+every global and a crafted file can at worst fail to load. A pickle also refers to an object it
+built before in two bytes (its memo), so a few hundred bytes can describe a list of 10**30 strings
+that only turning it into text would expand ("billion laughs"): the loaded value is walked once as if
+expanded, within a budget of objects proportional to the file's size and a depth no dump comes
+near, before anything reads it, and every field is checked for its type before it is converted.
 
 Typical use:
     dump = read_flight_dump("runs/job-17/fr/nccl_trace_rank_3")
@@ -35,6 +39,12 @@ MAX_FRAMES = 12  # innermost frames kept per entry: enough to reach the training
 # A pickle can repeat one entry a million times for two bytes each; real buffers hold 2,000 by default.
 MAX_ENTRIES = 100_000
 SNIFF_BYTES = 4096
+MAX_DEPTH = 16  # torch's layout is 6 levels deep (entries -> entry -> frames -> frame -> value)
+# Objects (and 64-character pieces of strings) a dump may hold once shared references are expanded,
+# per byte of the file: a real dump refers to an earlier object in two bytes at the least, so it
+# never comes near; a crafted one that repeats references inside repeated references goes past.
+MAX_OBJECTS_PER_BYTE = 4
+MIN_OBJECT_BUDGET = 100_000
 STATES = ("scheduled", "started", "completed")
 
 
@@ -193,6 +203,7 @@ def read_flight_dump(path: str | Path, rank: int | None = None, max_bytes: int =
         match = re.search(r"(\d+)(\.json)?$", path.name)
         rank = int(match.group(1)) if match else None
     try:
+        _check_bounded(raw, max(MIN_OBJECT_BUDGET, MAX_OBJECTS_PER_BYTE * len(data)))
         return _build(raw, str(path), rank, fmt)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise FlightDumpError(f"{path}: not a flight-recorder dump ({_one_line(exc)})") from None
@@ -203,11 +214,43 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {' '.join(str(detail).split())}"
 
 
+def _check_bounded(raw: Any, max_objects: int) -> None:
+    """Walks the value as if every shared reference were a copy, without copying: ValueError past
+    `max_objects` objects or MAX_DEPTH levels. Iterative, so depth costs no recursion."""
+    stack, count = [(raw, 1)], 1
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, str | bytes):
+            count += len(item) // 64
+        elif isinstance(item, dict | list | tuple | set | frozenset):
+            if depth > MAX_DEPTH:
+                raise ValueError(f"nested more than {MAX_DEPTH} levels deep")
+            children = [v for kv in item.items() for v in kv] if isinstance(item, dict) else item
+            count += len(children)
+            if count > max_objects:
+                raise ValueError(f"more than {max_objects} objects once expanded (repeated references)")
+            stack.extend((child, depth + 1) for child in children)
+        if count > max_objects:
+            raise ValueError(f"more than {max_objects} objects once expanded (repeated references)")
+
+
+def _group_ranks(value: Any) -> tuple[int, ...]:
+    """pg_config's "ranks": "[0, 1]" as torch writes it, or a list of ints."""
+    if isinstance(value, str):
+        return tuple(int(r) for r in re.findall(r"\d+", value[:1_000_000]))
+    if isinstance(value, list | tuple) and all(type(r) is int for r in value):
+        return tuple(value)
+    raise ValueError(f"pg_config ranks is a {type(value).__name__}, not a list of ranks")
+
+
 def _build(raw: Any, path: str, rank: int | None, fmt: str) -> FlightDump:
     if not isinstance(raw, dict) or "version" not in raw or not ({"entries", "pg_config"} & raw.keys()):
         raise ValueError("no 'version' and 'entries' / 'pg_config' at the top level")
-    pg_ranks = {str(name): tuple(int(r) for r in re.findall(r"\d+", str(info.get("ranks", ""))))
-                for name, info in (raw.get("pg_config") or {}).items() if name}
+    pg_config = raw.get("pg_config") or {}
+    if not isinstance(pg_config, dict) or not all(isinstance(info, dict) for info in pg_config.values()):
+        raise ValueError("pg_config is not a dict of groups")
+    pg_ranks = {str(name): _group_ranks(info.get("ranks", ""))
+                for name, info in pg_config.items() if name}
     pg_status = {int(pg_id): PgStatus(*(_count(s.get(k)) for k in ("last_enqueued_collective",
                                                                     "last_started_collective",
                                                                     "last_completed_collective")))

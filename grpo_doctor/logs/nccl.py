@@ -85,6 +85,16 @@ def parse_pg_tag(text: str) -> dict[str, Any]:
     return {"rank": int(rank), "pg": int(pg) if pg else None, "pg_desc": m.group("gdesc") or m.group("desc")}
 
 
+_OP_NAME = re.compile(r"[A-Za-z_]+")
+
+
+def _op_name(raw: str | None) -> str | None:
+    """The op as NCCL names it; a paste that cut the line may have glued other text to it (a terminal's
+    "[451/1919]" marker, the next line's words): those are not part of the name."""
+    m = _OP_NAME.match(raw or "")
+    return m.group() if m else None
+
+
 def parse_watchdog_timeout(text: str) -> dict[str, Any] | None:
     if TIMEOUT_START not in text:
         return None
@@ -92,7 +102,7 @@ def parse_watchdog_timeout(text: str) -> dict[str, Any] | None:
     if m is None:
         return None
     pairs = dict(item.split("=", 1) for item in m.group("body").split(", ") if "=" in item)
-    return {"seq": int_or_none(pairs.get("SeqNum")), "op": pairs.get("OpType"),
+    return {"seq": int_or_none(pairs.get("SeqNum")), "op": _op_name(pairs.get("OpType")),
             "numel_in": int_or_none(pairs.get("NumelIn")), "numel_out": int_or_none(pairs.get("NumelOut")),
             "timeout_ms": int_or_none(pairs.get("Timeout(ms)")), "ran_for_ms": int_or_none(m.group("ran")),
             **parse_pg_tag(text)}

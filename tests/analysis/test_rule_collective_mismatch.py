@@ -101,3 +101,20 @@ def test_under_watch_the_stacks_name_the_rank_that_called_the_extra_collective()
 def test_a_hang_or_a_crash_is_no_mismatch():
     for run in ("hang", "oom", "watch_hang"):
         assert not list(collective_mismatch.check(load_evidence([INJECT / run]), collective_mismatch.Config())), run
+
+
+CORPUS = Path(__file__).parent.parent / "data" / "corpus"
+
+
+def test_watchdog_lines_of_different_ops_at_one_seq_name_the_odd_rank_and_lead_the_timeouts():
+    findings, _ = run_rules(load_evidence([CORPUS / "pytorch" / "watchdog-timeout-rank3-broadcast-vs-allreduce.log"]))
+    lead = findings[0]
+    assert (lead.id, lead.ranks, lead.role) == ("collective-mismatch", (3,), "root-cause")
+    assert lead.evidence["seq"] == 4084 and lead.evidence["calls"][3]["op"] == "BROADCAST"
+    assert {f.id: f.caused_by for f in findings[1:]} == {"nccl-timeout": "collective-mismatch@3"}
+
+
+def test_an_op_name_a_paste_cut_short_is_no_mismatch():
+    findings = list(collective_mismatch.check(
+        load_evidence([CORPUS / "ms-swift" / "terminal-wrapped-allgather-timeout.log"]), collective_mismatch.Config()))
+    assert findings == []

@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import json
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -70,6 +72,39 @@ def test_a_rank_that_never_starts_is_named_when_the_rendezvous_times_out(tmp_pat
     assert "rank(s) 2 never joined within 15 s (node(s) 2 by NPROC_PER_NODE=1); 2 of 3 joined" in outs[0][0]
     results = json.loads((tmp_path / "run/probe/collectives.json").read_text())
     assert results["missing_ranks"] == [2] and results["problems"][0]["id"] == "rendezvous-failure"
+
+
+@pytest.mark.distributed
+def test_a_collective_that_never_completes_is_reported_in_one_line_after_the_op_timeout(tmp_path):
+    # Rank 1 is stopped (SIGSTOP) once the ranks measure: rank 0's collective in flight never completes.
+    # The sweep is long (1000 x 64 MB) so that the stop lands inside it on any machine.
+    port = free_port()
+    cmd = [sys.executable, "-m", "grpo_doctor.probe", "--run-dir", "run", "--op-timeout", "3", "--sizes", "64M",
+           "--iters", "1000", "--warmup", "1", "--rdzv-timeout", "60"]
+    procs = [subprocess.Popen(cmd, env=clean_env(OMP_NUM_THREADS="1", RANK=str(r), WORLD_SIZE="2", LOCAL_RANK=str(r),
+                                                 LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)),
+                              cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for r in (0, 1)]
+    try:
+        lines = []
+        while not lines or "every rank joined" not in lines[-1]:
+            line = procs[0].stdout.readline()
+            assert line, "".join(lines) + procs[0].stderr.read()
+            lines.append(line)
+        time.sleep(2)  # into the collectives
+        procs[1].send_signal(signal.SIGSTOP)
+        stdout, stderr = procs[0].communicate(timeout=180)  # gives up by itself: nothing else ends it
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait(timeout=30)
+    assert procs[0].returncode == 1, stdout + stderr
+    stuck = [line for line in stdout.splitlines() if "did not finish within 3 s" in line]
+    assert len(stuck) == 1, stdout
+    assert stuck[0].startswith("  CRITICAL nccl-error: the probe stopped on rank(s) 0: ") and "Traceback" not in stderr
+    results = json.loads((tmp_path / "run/probe/collectives.json").read_text())
+    assert {p["id"] for p in results["problems"]} == {"nccl-error"}
+    assert any("did not finish within 3 s" in p["message"] for p in results["problems"])
 
 
 @pytest.mark.distributed

@@ -135,11 +135,13 @@ def _gone_pid() -> int:
 
 def test_hung_ranks_are_grouped_and_the_straggler_named(ranks, tmp_path):
     targets = {r: ranks["pids"][r] for r in range(4)}
+    began_t = time.time()
     caps = capture_stacks(targets, tmp_path)
+    ended_t = time.time()
 
     assert [c.error for c in caps] == [None] * 4
     assert [(c.rank, c.pid) for c in caps] == sorted(targets.items())
-    assert all(c.host == socket.gethostname() and abs(c.captured_t - time.time()) < 60 for c in caps)
+    assert all(c.host == socket.gethostname() and began_t <= c.captured_t <= ended_t for c in caps)
     assert "ranks_prog.py collective" in caps[0].command
     groups = group_stacks(caps)
     assert [g.ranks for g in groups] == [(0, 1, 2), (3,)]

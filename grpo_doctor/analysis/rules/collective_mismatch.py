@@ -16,6 +16,11 @@ Evidence keys: `pg`, `pg_name`, `pg_desc`, `seq`, `kinds` (of "op", "sizes", "dt
 `calls` ({rank: {"op", "input_sizes", "output_sizes", "input_dtypes", "output_dtypes", "frame"}}),
 `num_mismatched_seqs`, `first_mismatched_seqs`, `dump_files`.
 
+From NCCL's watchdog lines in logs (no dumps, no stacks): at one sequence number of one process group
+the ranks timed out in different collectives (op or element count); the minority is odd. Evidence
+keys: `source` ("watchdog"), `pg`, `seq`, `odd_ranks`, `kinds`, `calls` ({rank: {"op", "numel_in",
+"numel_out"}}).
+
 Without dumps (gloo, or NCCL without the flight recorder), from where the ranks' code waits: watch's
 stacks at a hang, or the ranks' recorded exceptions (collective timeouts and lost peers), when every
 rank waits in a collective but not all called from the same place. The odd ranks are the minority,
@@ -38,6 +43,7 @@ from grpo_doctor.analysis.hang_stacks import hang_captures, main_frames
 from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.analysis.rank_progress import collective_failures, rank_positions
 from grpo_doctor.logs.fr_match import Call, CollectiveMismatch, GroupMatch, match_dumps
+from grpo_doctor.logs.kinds import NCCL_TIMEOUT
 from grpo_doctor.rankset import format_ranks
 from grpo_doctor.stack_groups import collective_call
 
@@ -75,10 +81,56 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
     yield from found
     if found:
         return  # the dumps name the collectives exactly; stacks and tracebacks would only repeat them
+    found = list(_from_stacks_or_tracebacks(run))
+    yield from found
+    if not found:
+        yield from _from_watchdog_lines(run)
+
+
+def _from_stacks_or_tracebacks(run: Evidence) -> Iterator[Finding]:
     for report in run.hangs:
         yield from _from_stacks(run, report)
     if not run.hangs:
         yield from _from_tracebacks(run)
+
+
+def _from_watchdog_lines(run: Evidence) -> Iterator[Finding]:
+    """NCCL's watchdog timeouts in the logs: at one sequence number of one process group the ranks
+    waited in different collectives (op or element count): the minority called something else."""
+    by_group: dict[tuple, dict[int, dict]] = {}
+    for row in run.signature_rows:
+        f = row["fields"]
+        rank = row["rank"] if row["rank"] is not None else f.get("rank")
+        if row["kind"] == NCCL_TIMEOUT and rank is not None and f.get("seq") is not None and f.get("op"):
+            by_group.setdefault((f.get("pg_desc") or f.get("pg"), f["seq"]), {}).setdefault(int(rank), f)
+    for (pg, seq), reports in sorted(by_group.items(), key=lambda item: str(item[0])):
+        # A pasted line may cut an op name short ("_ALLGATHER_BA"): a name another one starts with is
+        # that one; element counts count only where every rank's line states one.
+        ops = {f["op"] for f in reports.values()}
+        full = {op: max((o for o in ops if o.startswith(op)), key=len) for op in ops}
+        with_numel = all(f.get("numel_in") is not None for f in reports.values())
+        calls: dict[tuple, list[int]] = {}
+        for rank, f in sorted(reports.items()):
+            calls.setdefault((full[f["op"]], f.get("numel_in") if with_numel else None), []).append(rank)
+        if len(calls) < 2:
+            continue
+        majority = max(calls.values(), key=len)
+        odd = sorted(r for ranks in calls.values() if ranks is not majority for r in ranks)
+        if len(majority) == len(odd):
+            odd = sorted(reports)  # a tie: every rank named
+        described = "; ".join(f"rank(s) {format_ranks(rs)}: {op}" + (f" of {numel} elements" if numel else "")
+                              for (op, numel), rs in calls.items())
+        yield Finding(
+            id=ID, severity="critical", ranks=tuple(odd), hosts=_hosts(run, tuple(odd), {}),
+            title=f"ranks timed out in different collectives at #{seq} of process group {pg if pg is not None else 0}: "
+                  f"{described}",
+            evidence={"source": "watchdog", "pg": pg, "seq": seq, "odd_ranks": odd,
+                      "kinds": ["op"] if len({op for op, _ in calls}) > 1 else ["sizes"],
+                      "calls": {r: {"op": f["op"], "numel_in": f.get("numel_in"), "numel_out": f.get("numel_out")}
+                                for r, f in sorted(reports.items())}},
+            hints=(HINT_PATHS, *_launch(run), HINT_DATA, HINT_SHAPES),
+        )
+        return  # the first mismatched collective; later ones follow from it
 
 
 def _from_flight_recorder(run: Evidence, cfg: Config) -> Iterator[Finding]:
