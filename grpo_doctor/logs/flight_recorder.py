@@ -205,7 +205,7 @@ def read_flight_dump(path: str | Path, rank: int | None = None, max_bytes: int =
     try:
         _check_bounded(raw, max(MIN_OBJECT_BUDGET, MAX_OBJECTS_PER_BYTE * len(data)))
         return _build(raw, str(path), rank, fmt)
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:  # OverflowError: int(inf)
         raise FlightDumpError(f"{path}: not a flight-recorder dump ({_one_line(exc)})") from None
 
 

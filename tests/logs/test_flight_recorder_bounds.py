@@ -65,12 +65,19 @@ def test_billion_laughs_inside_entries_is_refused(tmp_path):
     assert "expanded" in _refused_quickly(path)
 
 
+def _short_str(text: str) -> bytes:
+    return b"\x8c" + bytes([len(text)]) + text.encode()  # SHORT_BINUNICODE
+
+
 def test_a_dump_nested_past_any_real_layout_is_refused(tmp_path):
-    deep: list = []
-    for _ in range(5000):
-        deep = [deep]
+    # 100,000 lists each inside the next: pickle.dumps cannot write that (it recurses), opcodes can:
+    # EMPTY_LIST pushed n times, then APPEND n-1 times, as the value of "entries".
+    depth = 100_000
+    nested = b"]" * depth + b"a" * (depth - 1)
+    data = (b"\x80\x04}" + _short_str("version") + _short_str("2.10") + b"s"
+            + _short_str("entries") + nested + b"s.")
     path = tmp_path / "nccl_trace_rank_2"
-    path.write_bytes(pickle.dumps({"version": "2.10", "pg_config": {"0": {"ranks": deep}}, "entries": []}))
+    path.write_bytes(data)
     assert "nested" in _refused_quickly(path)
 
 
