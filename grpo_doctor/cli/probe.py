@@ -21,7 +21,7 @@ from pathlib import Path
 
 from grpo_doctor.cli.errors import UserError
 from grpo_doctor.probe import table
-from grpo_doctor.probe.options import ProbeOptions, add_measure_arguments, options_from_args
+from grpo_doctor.probe.options import ProbeOptions, add_measure_arguments, options_from_args, port_problem
 from grpo_doctor.probe.results import (
     COLLECTIVES_FILE,
     NodeReport,
@@ -123,8 +123,11 @@ def _node_spec(args: argparse.Namespace, env: os._Environ | dict, NodeSpec: type
             raise UserError(f"MASTER_ADDR is not set and NNODES={nnodes}",
                             "pass --master-addr (node 0's address, the same on every node) or set MASTER_ADDR")
         master_addr = "127.0.0.1"
+    master_port = pick(args.master_port, "MASTER_PORT", 29500)
+    if (problem := port_problem(master_port)) is not None:
+        raise UserError(problem, "pass --master-port (or set MASTER_PORT) to a free port, the same on every node")
     return NodeSpec(node_rank=node_rank, nnodes=nnodes, nproc_per_node=nproc, master_addr=master_addr,
-                    master_port=pick(args.master_port, "MASTER_PORT", 29500))
+                    master_port=master_port)
 
 
 def _node_lines(report: NodeReport) -> list[str]:

@@ -97,6 +97,13 @@ def options_from_args(args: argparse.Namespace, environ: Mapping[str, str], *, c
     )
 
 
+def port_problem(port: int) -> str | None:
+    """Why `port` cannot be the master's TCP port (binding it would raise OverflowError), or None."""
+    if not 1 <= port <= 65535:
+        return f"master port {port}: out of range, a TCP port is 1 .. 65535"
+    return None
+
+
 def parse_sizes(text: str, flag: str = "--sizes") -> list[int]:
     sizes = []
     for item in text.split(","):
