@@ -141,3 +141,32 @@ def test_report_names_seed_collision_on_both_ranks_of_the_same_seed_run(two_same
     collision = next((f for f in findings if f["id"] == "seed-collision"), None)
     assert collision is not None, findings
     assert collision["ranks"] == [0, 1]
+
+
+@pytest.mark.slow
+def test_instrument_leaves_trls_rewards_advantages_and_training_unchanged(tmp_path):
+    # The same seeded one-process training with and without grpo-doctor's two lines: TRL's own logs
+    # (per-step metrics; each completion with its reward and advantage) must be identical.
+    import pandas as pd
+
+    args = ("--batch", "8", "--num-generations", "4", "--log-completions")
+    runs = {}
+    for name, extra in (("plain", ("--plain",)), ("instrumented", ())):
+        out = tmp_path / name
+        out.mkdir()
+        run = run_trl(out, *args, "--log-history", str(out / "history.json"), *extra)
+        assert run.returncode == 0, run.explain()
+        runs[name] = out
+    assert not (runs["plain"] / "run").exists() and (runs["instrumented"] / "run" / "ranks").is_dir()
+    plain, instrumented = (json.loads((runs[n] / "history.json").read_text()) for n in ("plain", "instrumented"))
+    assert len(plain) == len(instrumented) == STEPS + 1  # a record per step and the run's summary
+    timing = {"step_time", "train_runtime", "train_samples_per_second", "train_steps_per_second"}
+    for before, after in zip(plain, instrumented, strict=True):
+        assert {k: v for k, v in before.items() if k not in timing} == {
+            k: v for k, v in after.items() if k not in timing and not k.startswith("rewards/grpo_doctor_rollouts/")}
+    columns = ["step", "prompt", "completion", "digit_share", "advantage"]
+    for n in range(1, STEPS + 1):
+        name = f"completions/completions_{n:05d}.parquet"
+        before, after = (pd.read_parquet(runs[r] / "out" / name) for r in ("plain", "instrumented"))
+        assert len(before) == 8 and before["advantage"].abs().sum() > 0  # real rewards that differ within groups
+        pd.testing.assert_frame_equal(before[columns], after[columns], check_exact=True)

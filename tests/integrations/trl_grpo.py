@@ -4,7 +4,10 @@ A tiny random Llama and a character tokenizer are built here (nothing is downloa
 reward is a rule (the share of digits in the completion). One process, or several under
 `accelerate launch` or torchrun (gloo). `--same-seed` reseeds every process alike after the trainer is built, undoing
 TRL's per-process seed (`set_seed(seed, device_specific=True)`): the copies of a prompt that
-TRL spreads over the processes then come out identical, as in case 2 of CASES.md.
+TRL spreads over the processes then come out identical, as in case 2 of CASES.md. `--plain` leaves
+the two lines out (the same training without grpo-doctor), `--log-completions` has TRL write each
+step's completions, rewards and advantages (out-dir/completions/*.parquet), `--log-history` writes
+TRL's logged metrics as JSON.
 
 Typical use:
     python tests/integrations/trl_grpo.py --run-dir /tmp/run --out-dir /tmp/out
@@ -14,6 +17,7 @@ Typical use:
 from __future__ import annotations
 
 import argparse
+import json
 
 import torch
 from datasets import Dataset
@@ -64,6 +68,9 @@ def main(argv=None) -> None:
     p.add_argument("--num-generations", type=int, default=4)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--same-seed", action="store_true", help="reseed every process alike after TRL seeded them apart")
+    p.add_argument("--plain", action="store_true", help="without grpo-doctor: no instrument()")
+    p.add_argument("--log-completions", action="store_true", help="TRL's completions parquet files in out-dir")
+    p.add_argument("--log-history", default=None, help="write trainer.state.log_history here (JSON)")
     args = p.parse_args(argv)
 
     tokenizer = build_char_tokenizer()
@@ -72,16 +79,20 @@ def main(argv=None) -> None:
         output_dir=args.out_dir, max_steps=args.steps, per_device_train_batch_size=args.batch,
         num_generations=args.num_generations, max_completion_length=MAX_COMPLETION_LENGTH,
         temperature=TEMPERATURE, logging_steps=1, report_to="none", use_cpu=True, bf16=False, fp16=False,
-        save_strategy="no", seed=args.seed, use_vllm=False, disable_tqdm=True,
+        save_strategy="no", seed=args.seed, use_vllm=False, disable_tqdm=True, log_completions=args.log_completions,
     )
     trainer = GRPOTrainer(
         model=build_tiny_model(tokenizer, args.seed), processing_class=tokenizer, reward_funcs=[digit_share],
         args=config, train_dataset=Dataset.from_dict({"prompt": prompts}),
     )
-    trainer = instrument(trainer, run_dir=args.run_dir, seed_audit_every=1)
+    if not args.plain:
+        trainer = instrument(trainer, run_dir=args.run_dir, seed_audit_every=1)
     if args.same_seed:
         set_seed(args.seed)  # the mistake of case 2: one seed for every sampling process
     trainer.train()
+    if args.log_history:
+        with open(args.log_history, "w") as f:
+            json.dump(trainer.state.log_history, f)
 
 
 if __name__ == "__main__":

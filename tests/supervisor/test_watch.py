@@ -105,6 +105,36 @@ def test_an_uninstrumented_script_gets_its_stuck_rank_named_from_the_stacks_alon
     assert still_alive(pids, timeout_s=5.0) == set()
 
 
+def test_by_default_a_reported_hang_leaves_the_job_running_to_its_own_exit_status(tmp_path):
+    # --on-hang report (the default): the stall is investigated and reported, and the job, which was
+    # only slow, goes on and ends as it would have without watch.
+    job = write_program(tmp_path, """
+        import sys, time, grpo_doctor as gd
+        gd.init()
+        for step in range(3):
+            with gd.phase("rollout"):
+                time.sleep(0.2)
+            gd.step(step, loss=1.0)
+        with gd.phase("rollout"):
+            print("stalling", flush=True)
+            time.sleep(10)
+        print("resumed", flush=True)
+        sys.exit(3)
+    """, name="slow.py")
+    run_dir = tmp_path / "run"
+    out, pids = run_watch_tracked(watch_cmd(run_dir, "--hang-timeout", "2", "--second-look", "1", "--no-report")
+                                  + [sys.executable, str(job)], tmp_path)
+    assert out.returncode == 3, out.stderr[-3000:]  # the job's own status, not HANG_EXIT
+    assert out.stdout.split() == ["stalling", "resumed"]
+    assert "taking the stacks of rank(s) [0]" in out.stderr and "ending the job" not in out.stderr
+    report = hang_report(run_dir)
+    assert report["ranks"]["0"]["open_phase"] == "rollout" and report["ranks"]["0"]["step"] == 3
+    summary = json.loads(next((run_dir / "supervisor").glob("*/summary.json")).read_text())
+    assert (summary["exit_status"], summary["hang_ended_by_watch"]) == (3, False) and summary["num_hangs"] >= 1
+    assert summary["ranks"]["0"]["ended"] == "exit"
+    assert still_alive(pids, timeout_s=10.0) == set()
+
+
 def test_a_rank_found_after_a_long_silent_start_is_not_taken_for_a_hang(tmp_path):
     # The launcher is silent for longer than the timeout before the rank appears, and the rank
     # computes silently (as when importing torch on a loaded machine): no hang until it is idle.
