@@ -36,8 +36,8 @@ from grpo_doctor.supervisor.live_scan import LiveScan
 from grpo_doctor.supervisor.output import OutputTee
 from grpo_doctor.supervisor.progress import HangPolicy, ProgressTracker
 from grpo_doctor.supervisor.sampler import Sampler, shows_work
-from grpo_doctor.supervisor.stall import StallSchedule
 from grpo_doctor.supervisor.seeds import SeedCheck
+from grpo_doctor.supervisor.stall import StallSchedule
 
 HANG_EXIT = 124  # the job hung and watch ended it (--on-hang kill), as timeout(1) reports
 LOOP_S = 0.5  # event-log poll; a stall is judged in seconds, so this costs little latency
@@ -178,9 +178,12 @@ class Watch:
             owner = self._lock_file.read().strip() or "another process"
             raise RunDirBusy(f"{self.sup_dir} is already watched on this host by {owner}",
                              "give this job its own --run-dir (several nodes may share one; one watch per node)") from None
-        self._lock_file.truncate(0)
-        self._lock_file.write(f"grpo-doctor watch pid {os.getpid()}")
-        self._lock_file.flush()
+        try:  # who holds it, for the second watch's message; a full disk only loses the name
+            self._lock_file.truncate(0)
+            self._lock_file.write(f"grpo-doctor watch pid {os.getpid()}")
+            self._lock_file.flush()
+        except OSError:
+            pass
 
     def _record_write(self, what: str, write) -> bool:
         """Runs one write into the run directory; a failure (ENOSPC, EROFS, EACCES) is said once per

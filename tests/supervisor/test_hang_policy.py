@@ -4,10 +4,9 @@ import json
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
-from helpers import clean_env
 from analysis.rundata import common, header, write_rank
+from helpers import clean_env
 
 from grpo_doctor.schema import End, EndReason, PhaseBegin, PhaseEnd, RunPaths, Step
 from grpo_doctor.supervisor.progress import HangPolicy, ProgressTracker
@@ -20,8 +19,8 @@ def _phase(rank, name, begin_mono, end_mono, step=0):
                      duration_s=end_mono - begin_mono, synced=False)]
 
 
-def _tracker(tmp_path, policy=HangPolicy()):
-    tracker = ProgressTracker(RunPaths(tmp_path), policy)
+def _tracker(tmp_path, policy: HangPolicy | None = None):
+    tracker = ProgressTracker(RunPaths(tmp_path), policy or HangPolicy())
     tracker.poll(now_mono=1000.0)  # every record seen at supervisor time 1000
     return tracker
 
