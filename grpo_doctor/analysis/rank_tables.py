@@ -169,6 +169,7 @@ def _tabulate(log: TabledRankLog, lines: Iterable[tuple[int, bytes, bool]], exac
                 data = _keep(data, line, exact, log, begins)  # raises for a line that is no record
             else:
                 check_when(data)
+                _check_untabled(data)
             if data is not None:
                 pids_add(data["pid"])  # before any change: an unhashable pid leaves a bad line
         except (ValueError, TypeError, BadRecord) as exc:
@@ -278,6 +279,22 @@ _TABLED_FIELDS = (
                        "error": (PhaseEnd, "error")}),
     ("memory_columns", {name: (Memory, name) for name in MEMORY_FIELDS}),
 )
+
+
+_UNTABLED_CHECKS = {
+    # what a tabled line holds beside its columns (a begin's phase and path are tabled only while it
+    # is open; `synced` and the memory counters not at all), checked as it is read: the same bad lines
+    # as `read_rank_file`, at the cost of a few type tests on the lines of these kinds.
+    "phase_begin": tuple((name, checker_of(PhaseBegin, name)) for name in ("phase", "path")),
+    "phase_end": (("synced", checker_of(PhaseEnd, "synced")),),
+    "memory": tuple((name, checker_of(Memory, name)) for name in ("num_alloc_retries", "num_ooms", "gpu_processes")),
+}
+
+
+def _check_untabled(data: dict) -> None:
+    for name, check in _UNTABLED_CHECKS[data["kind"]]:
+        if not check(data[name]):
+            raise BadRecord(f"{data['kind']} field {name}: {str(data[name])[:40]} is not of its type")
 
 
 def _tabled_types_hold(log: TabledRankLog) -> bool:

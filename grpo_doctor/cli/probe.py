@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from grpo_doctor.cli.errors import UserError
+from grpo_doctor.logs.terminal_text import terminal_safe
 from grpo_doctor.probe import table
 from grpo_doctor.probe.options import ProbeOptions, add_measure_arguments, options_from_args, port_problem
 from grpo_doctor.probe.results import (
@@ -74,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     out = sys.stderr if args.json else sys.stdout
 
     def say(line: str) -> None:
-        print(line, file=out, flush=True)
+        print(terminal_safe(line), file=out, flush=True)  # host names and settings come from every node
 
     say(f"grpo-doctor probe: node {spec.node_rank} of {spec.nnodes}, {spec.nproc_per_node} rank(s), "
         f"master {spec.master_addr}:{spec.master_port}")

@@ -129,10 +129,11 @@ _rank_line = st.one_of(
     st.binary(max_size=60).map(lambda b: b.decode("latin-1")),
 )
 _watch_file = st.sampled_from(["summary.json", "hang-1.json", "signatures.jsonl", "samples.jsonl", "stdout.log"])
-FUZZ = settings(max_examples=60, deadline=None, derandomize=True,
+FUZZ = settings(max_examples=40, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 
+@pytest.mark.slow  # 40 reports, each rendering its page: a few minutes on a busy 2-core machine
 @FUZZ
 @given(lines=st.lists(_rank_line, min_size=1, max_size=6),
        watch=st.lists(st.tuples(_watch_file, _json.map(json.dumps)), max_size=2))

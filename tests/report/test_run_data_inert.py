@@ -99,3 +99,9 @@ def test_terminal_safe_writes_every_control_visibly_and_keeps_tabs_and_text():
     assert terminal_safe("a\nb\rc\x00\x7f\x85\u2028\ud800") == "a\\nb\\rc\\x00\\x7f\\x85\\u2028\\ud800"
     assert terminal_safe(OSC52_CLEAR) == "\\x1b]52;c;ZXZpbA==\\x07\\x1b[2J"
     assert without_bidi_controls(f"a{RLO}b\u2067c\u200fد") == "a\\u202eb\\u2067c\u200fد"
+
+
+def test_an_error_naming_a_path_with_escape_sequences_is_printed_as_text(tmp_path):
+    out = grpo_doctor("summary", str(tmp_path / f"run{OSC52_CLEAR}"))
+    assert out.returncode == 2
+    assert b"\x1b" not in out.stderr and b"run\\x1b]52;c;ZXZpbA==\\x07\\x1b[2J does not exist" in out.stderr
