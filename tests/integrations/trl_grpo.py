@@ -93,6 +93,11 @@ def main(argv=None) -> None:
     if args.log_history:
         with open(args.log_history, "w") as f:
             json.dump(trainer.state.log_history, f)
+    # Without this, a gloo worker thread still finishing the last collective at interpreter exit can
+    # abort the process ("terminate called without an active exception", SIGABRT): torch's own teardown
+    # race, reproduced without grpo-doctor (issue 15).
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
