@@ -22,6 +22,7 @@ Typical use:
 """
 from __future__ import annotations
 
+import stat
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,6 +70,8 @@ def describe_coverage(ev: Evidence) -> tuple[list[InputSummary], list[str], list
 
 
 def _unrecognised_warning(summary: InputSummary) -> str:
+    if summary.lines_read is None and not Path(summary.path).is_dir():
+        return f"{summary.path}: cannot be read, or is no regular file (a FIFO, a device); nothing in it was checked"
     if summary.lines_read == 0:
         return f"{summary.path}: empty; nothing in it was checked"
     lines = f" ({summary.lines_read} lines)" if summary.lines_read is not None else ""
@@ -136,9 +139,9 @@ def _describe_path(ev: Evidence, path: Path) -> InputSummary:
         recognised.append("probe results")
         areas.add("network")
     lines_read = unmatched = None
-    if path.is_file() and not dumps and not ranks:
+    if not path.is_dir() and not dumps and not ranks:
         lines_read = _count_lines(path)
-        unmatched = max(0, lines_read - sig_lines - metric_rows)
+        unmatched = None if lines_read is None else max(0, lines_read - sig_lines - metric_rows)
     return InputSummary(path=str(path), recognised=tuple(recognised), lines_read=lines_read, rows_used=rows,
                         unmatched_lines=unmatched, areas=tuple(a for a in AREAS if a in areas))
 
@@ -149,14 +152,17 @@ def _has_steps(ev: Evidence, ranks: set[int]) -> bool:
     return bool(ev.steps["rank"].isin(list(ranks)).any())
 
 
-def _count_lines(path: Path) -> int:
-    """Text lines in a file (a last line without a newline counts), read in bounded chunks."""
+def _count_lines(path: Path) -> int | None:
+    """Text lines in a regular file (a last line without a newline counts), read in bounded chunks;
+    None for a file that cannot be read (or is no regular file: a FIFO must not be opened)."""
     count, last = 0, b"\n"
     try:
+        if not stat.S_ISREG(path.stat().st_mode):
+            return None
         with path.open("rb") as f:
             while chunk := f.read(_COUNT_CHUNK_BYTES):
                 count += chunk.count(b"\n")
                 last = chunk[-1:]
     except OSError:
-        return 0
+        return None
     return count + (last != b"\n")

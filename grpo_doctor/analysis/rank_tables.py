@@ -169,7 +169,15 @@ def _tabulate(log: TabledRankLog, lines: Iterable[tuple[int, bytes, bool]], exac
                 data = _keep(data, line, exact, log, begins)  # raises for a line that is no record
             else:
                 check_when(data)
-                _check_untabled(data)
+                kind = data["kind"]  # what the line holds beside its columns (see _UNTABLED_CHECKS), inline
+                if kind == "phase_end":
+                    if data["synced"].__class__ is not bool:
+                        _check_untabled(data)
+                elif kind == "phase_begin":
+                    if data["path"].__class__ is not str or data["phase"].__class__ is not str:
+                        _check_untabled(data)
+                else:
+                    _check_untabled(data)
             if data is not None:
                 pids_add(data["pid"])  # before any change: an unhashable pid leaves a bad line
         except (ValueError, TypeError, BadRecord) as exc:
@@ -324,4 +332,10 @@ def _column_holds(column: Column, check) -> bool:
         return check(0.0) and check(None)
     if hasattr(column, "dtype"):  # numpy: int64 or float64
         return len(column) == 0 or check(0 if column.dtype.kind == "i" else 0.0)
+    kinds = set(map(type, column))
+    if kinds <= _SCALAR_TYPES:  # a scalar's check depends on its type alone: one value of each type
+        return all(check(next(v for v in column if type(v) is kind)) for kind in kinds)
     return all(check(v) for v in column)
+
+
+_SCALAR_TYPES = {type(None), bool, int, float, str}
