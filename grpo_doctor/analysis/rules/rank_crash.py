@@ -93,8 +93,10 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
                 entry.setdefault(key, value)
             entry["exitcode"] = info.get("exitcode", entry.get("exitcode"))
     if any(s.get("hang_ended_by_watch") for s in run.summaries.values()):
-        # watch ended a hung job: the ranks it stopped are the `hang` finding, not crashes.
+        # watch ended a hung job: the ranks it stopped, and torchrun's agent that it signalled, are the
+        # `hang` finding, not crashes or a stop from outside.
         crashes = {r: info for r, info in crashes.items() if not _collateral(info)}
+        unranked = [info for info in unranked if info.get("component") != "launcher-signal"]
     yield from _unranked_findings(unranked)
     if not crashes:
         return
@@ -162,7 +164,8 @@ def _unranked_findings(unranked: list[dict[str, Any]]) -> Iterator[Finding]:
             title = f"the rollout engine died: {info.get('exc_type')}"
             if info.get("exception") and not info["exception"].startswith(str(info.get("exc_type"))):
                 title += f" ({info['exception'][:160]})"
-        yield Finding(id=ID, severity="warning" if component == "launcher-signal" else "critical", title=title, ranks=(), hosts=(), step=None, phase=None,
+        yield Finding(id=ID, severity="warning" if component == "launcher-signal" else "critical", title=title,
+                      ranks=(), hosts=(), step=None, phase=None,
                       evidence={"exc_type": info.get("exc_type"), "message": info.get("message"), "signal": None,
                                 "exitcode": None, "source": info.get("source"), "root_cause": None,
                                 "num_reports": len(infos), **{k: info[k] for k in LOG_KEYS if info.get(k) is not None}},
