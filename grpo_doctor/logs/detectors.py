@@ -11,6 +11,7 @@ Typical use:
 """
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from grpo_doctor.logs import cluster, faults, nccl, oom, rendezvous, torchrun, vllm
@@ -113,7 +114,20 @@ def is_hot(text: str) -> bool:
 
 
 def detect(text: str) -> list[tuple[str, dict[str, Any]]]:
-    """(kind, fields) for every one-line signature `text` states (fields not yet completed)."""
+    """(kind, fields) for every one-line signature `text` states (fields not yet completed).
+
+    A log that repeats one message (an NCCL WARN from every rank, every few ms) parses it once: the
+    parsers are pure, so their answers are remembered per text, and each caller gets its own dict
+    (nested values are shared: Signature.to_dict copies them deeply)."""
+    return [(kind, None if fields is None else dict(fields)) for kind, fields in _detect_cached(text)]
+
+
+@functools.lru_cache(maxsize=4096)
+def _detect_cached(text: str) -> tuple[tuple[str, dict[str, Any]], ...]:
+    return tuple(_detect(text))
+
+
+def _detect(text: str) -> list[tuple[str, dict[str, Any]]]:
     found: list[tuple[str, dict[str, Any] | None]] = []
     memory = "emory" in text
     if memory and oom.is_cuda_oom(text):
