@@ -18,7 +18,8 @@ from grpo_doctor.logs.terminal_text import terminal_safe
 from grpo_doctor.schema import DEFAULT_RUNS_ROOT, RUN_DIR_ENV
 from grpo_doctor.supervisor.launch import LaunchError
 from grpo_doctor.supervisor.progress import HangPolicy
-from grpo_doctor.supervisor.watch import HANG_EXIT, RunDirBusy, Watch, WatchOptions
+from grpo_doctor.supervisor.run_files import RunDirBusy
+from grpo_doctor.supervisor.watch import HANG_EXIT, Watch, WatchOptions
 
 COMMAND_NOT_FOUND_EXIT = 127
 

@@ -35,6 +35,7 @@ from grpo_doctor.supervisor.launch import ProcessTree, describe_exit
 from grpo_doctor.supervisor.live_scan import LiveScan
 from grpo_doctor.supervisor.output import OutputTee
 from grpo_doctor.supervisor.progress import HangPolicy, ProgressTracker
+from grpo_doctor.supervisor.run_files import RunFiles
 from grpo_doctor.supervisor.sampler import Sampler, shows_work
 from grpo_doctor.supervisor.seeds import SeedCheck
 from grpo_doctor.supervisor.stall import StallSchedule
@@ -44,14 +45,6 @@ LOOP_S = 0.5  # event-log poll; a stall is judged in seconds, so this costs litt
 DISCOVER_EVERY_S = 1.0
 PIPE_BYTES = 2**20  # the job's output pipes: 20 ms of output at 50 MB/s, so a busy watch thread never stalls it
 SWITCH_INTERVAL_S = 0.0005  # the tee threads get the GIL back from the scanner within this
-
-
-class RunDirBusy(Exception):
-    """Another watch on this host already supervises a job into this run directory."""
-
-    def __init__(self, message: str, hint: str) -> None:
-        super().__init__(message)
-        self.hint = hint
 
 
 @dataclass(frozen=True)
@@ -76,7 +69,8 @@ class Watch:
         self.console = console or Console(sys.stderr.isatty())
         self.tracker = ProgressTracker(self.paths, opts.policy)
         self.seeds = SeedCheck()
-        self.live_scan = LiveScan(self.sup_dir / "signatures.jsonl", write=self._record_write, note=self.console.note)
+        self.files = RunFiles(self.paths, self.sup_dir, note=self.console.note)
+        self.live_scan = LiveScan(self.sup_dir / "signatures.jsonl", write=self.files.write, note=self.console.note)
         self.rank_pids: dict[int, int] = {}
         self.gone: dict[int, str] = {}
         self.hangs: list[HangReport] = []
@@ -85,7 +79,6 @@ class Watch:
         self._last_busy_mono = time.monotonic()  # last time a rank used CPU or was not yet measured
         self.stalls = StallSchedule()
         self._internal_errors: set[type] = set()
-        self._write_errors: set[int | None] = set()  # errnos already said
 
     # -- main loop ------------------------------------------------------------------------
 
@@ -93,9 +86,9 @@ class Watch:
         env, added = child_environment(os.environ, self.opts.run_dir)
         # A run directory that cannot be written (read-only, full, missing parent we may not create)
         # costs supervision its records, never the job its start.
-        self._record_write("the run directory", lambda: self.sup_dir.mkdir(parents=True, exist_ok=True))
-        self._claim_host_dir()
-        self._record_write("run.json", lambda: self._write_run_json(added))
+        self.files.write("the run directory", lambda: self.sup_dir.mkdir(parents=True, exist_ok=True))
+        self.files.claim()
+        self.files.write("run.json", lambda: self._write_run_json(added))
         # Every process the job starts inherits the token; the guardian ends them if watch is SIGKILLed.
         env[TOKEN_ENV] = f"{os.getpid()}-{secrets.token_hex(8)}"
         self.guardian = Guardian.start(env[TOKEN_ENV], grace_s=self.opts.grace_s)
@@ -164,45 +157,10 @@ class Watch:
 
     # -- pieces -----------------------------------------------------------------------------
 
-    def _claim_host_dir(self) -> None:
-        """One watch per host and run directory: a second would mix its pids and hangs into the first's
-        files. The lock is held until watch exits (the kernel drops it even after SIGKILL)."""
-        try:
-            self._lock_file = open(self.sup_dir / ".watch.lock", "a+")  # noqa: SIM115 - held for watch's life
-        except OSError:
-            return  # an unwritable run directory: nothing of ours can collide there
-        try:
-            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            self._lock_file.seek(0)
-            owner = self._lock_file.read().strip() or "another process"
-            raise RunDirBusy(f"{self.sup_dir} is already watched on this host by {owner}",
-                             "give this job its own --run-dir (several nodes may share one; one watch per node)") from None
-        try:  # who holds it, for the second watch's message; a full disk only loses the name
-            self._lock_file.truncate(0)
-            self._lock_file.write(f"grpo-doctor watch pid {os.getpid()}")
-            self._lock_file.flush()
-        except OSError:
-            pass
-
-    def _record_write(self, what: str, write) -> bool:
-        """Runs one write into the run directory; a failure (ENOSPC, EROFS, EACCES) is said once per
-        cause, and the job goes on untouched."""
-        try:
-            write()
-            return True
-        except OSError as exc:
-            if exc.errno not in self._write_errors:
-                self._write_errors.add(exc.errno)
-                self.console.note(f"cannot write {what} under {self.paths.root} ({exc.strerror or exc}); the job goes "
-                                  "on untouched, with fewer records; fix: free space there or pass --run-dir on a "
-                                  "writable disk")
-            return False
-
     def _internal_error(self, exc: Exception) -> None:
         # Never raises: an error while reporting an error (a full disk) must not reach the loop's
         # `finally`, which would end the job.
-        self._record_write("watch-errors.log", lambda: self._append_error(exc))
+        self.files.write("watch-errors.log", lambda: self._append_error(exc))
         if type(exc) not in self._internal_errors:
             self._internal_errors.add(type(exc))
             self.console.note(f"internal error, supervision goes on and the job is untouched "
@@ -280,7 +238,7 @@ class Watch:
         )
         self.hangs.append(report)
         hang_file = self.sup_dir / f"hang-{len(self.hangs)}.json"
-        self._record_write(hang_file.name, lambda: hang_file.write_text(json.dumps(report.to_dict(), indent=2, default=str)))
+        self.files.write(hang_file.name, lambda: hang_file.write_text(json.dumps(report.to_dict(), indent=2, default=str)))
         for line in report.lines():
             self.console.note(line)
         return report
@@ -312,22 +270,10 @@ class Watch:
     # -- records ----------------------------------------------------------------------------
 
     def _write_run_json(self, env_added: dict[str, str]) -> None:
-        """Add this host to run.json; the watches of several nodes may share one run directory."""
-        self.paths.root.mkdir(parents=True, exist_ok=True)
-        with open(self.paths.root / ".run.json.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
-            run_json = self.paths.run_json
-            data = json.loads(run_json.read_text()) if run_json.exists() else {}
-            data.setdefault("start_t", time.time())
-            data.setdefault("command", self.opts.command)
-            data["grpo_doctor_version"] = __version__
-            data.setdefault("hosts", {})[self.host] = {
-                "pid": os.getpid(), "env_set_by_watch": env_added, "hang_policy": asdict(self.opts.policy),
-                "on_hang": self.opts.on_hang,
-            }
-            partial = run_json.with_suffix(f".{self.sup_dir.name}.tmp")
-            partial.write_text(json.dumps(data, indent=2))
-            partial.replace(run_json)
+        self.files.add_host_to_run_json(
+            self.host, {"command": self.opts.command, "grpo_doctor_version": __version__},
+            {"pid": os.getpid(), "env_set_by_watch": env_added, "hang_policy": asdict(self.opts.policy),
+             "on_hang": self.opts.on_hang})
 
     def _finish(self, status: int | None, exit_status: int, hang_ended: bool) -> None:
         ranks = {}
@@ -347,7 +293,7 @@ class Watch:
             "live_scan_complete": self.live_scan.complete, "live_scan_skipped_bytes": self.live_scan.skipped_bytes,
         }
         summary_file = self.sup_dir / "summary.json"
-        self._record_write(summary_file.name, lambda: summary_file.write_text(json.dumps(summary, indent=2, default=str)))
+        self.files.write(summary_file.name, lambda: summary_file.write_text(json.dumps(summary, indent=2, default=str)))
         self.console.note(f"job finished: {describe_exit(status)}" + (" (hang: ended by watch)" if hang_ended else ""))
         for rank, info in ranks.items():
             if info["gone"] or info["error"] or info["ended"] not in ("exit", "shutdown"):

@@ -1,0 +1,91 @@
+"""watch's writes into the run directory, none of which may ever cost the job its run.
+
+Every write goes through `RunFiles.write`: a failure (a full disk, a read-only mount, a missing
+permission) is said once per cause, naming the fix, and supervision goes on with fewer records.
+`claim` takes this host's directory for one watch (a second refuses: two would mix their pids and
+hangs); `add_host_to_run_json` records this host in the run.json that several nodes may share.
+
+Typical use:
+    files = RunFiles(paths, sup_dir, note=console.note)
+    files.write("summary.json", lambda: path.write_text(text))
+    files.claim()                     # raises RunDirBusy when another watch holds it
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from grpo_doctor.schema import RunPaths
+
+
+class RunDirBusy(Exception):
+    """Another watch on this host already supervises a job into this run directory."""
+
+    def __init__(self, message: str, hint: str) -> None:
+        super().__init__(message)
+        self.hint = hint
+
+
+class RunFiles:
+    def __init__(self, paths: RunPaths, sup_dir: Path, note: Callable[[str], None]) -> None:
+        self.paths = paths
+        self.sup_dir = sup_dir
+        self._note = note
+        self._said: set[int | None] = set()  # errnos already said
+        self._lock_file = None
+
+    def write(self, what: str, write: Callable[[], Any]) -> bool:
+        """Runs one write into the run directory; a failure (ENOSPC, EROFS, EACCES) is said once per
+        cause, and the job goes on untouched."""
+        try:
+            write()
+            return True
+        except OSError as exc:
+            if exc.errno not in self._said:
+                self._said.add(exc.errno)
+                self._note(f"cannot write {what} under {self.paths.root} ({exc.strerror or exc}); the job goes "
+                           "on untouched, with fewer records; fix: free space there or pass --run-dir on a "
+                           "writable disk")
+            return False
+
+    def claim(self) -> None:
+        """One watch per host and run directory. The lock is held until watch exits (the kernel drops
+        it even after SIGKILL)."""
+        try:
+            self._lock_file = open(self.sup_dir / ".watch.lock", "a+")  # noqa: SIM115 - held for watch's life
+        except OSError:
+            return  # an unwritable run directory: nothing of ours can collide there
+        try:
+            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._lock_file.seek(0)
+            owner = self._lock_file.read().strip() or "another process"
+            raise RunDirBusy(f"{self.sup_dir} is already watched on this host by {owner}",
+                             "give this job its own --run-dir (several nodes may share one; one watch per node)") from None
+        try:  # who holds it, for the second watch's message; a full disk only loses the name
+            self._lock_file.truncate(0)
+            self._lock_file.write(f"grpo-doctor watch pid {os.getpid()}")
+            self._lock_file.flush()
+        except OSError:
+            pass
+
+    def add_host_to_run_json(self, host: str, defaults: dict[str, Any], host_entry: dict[str, Any]) -> None:
+        """Add this host to run.json (`defaults` only where the file has no such key yet), under a lock:
+        the watches of several nodes may share one run directory."""
+        self.paths.root.mkdir(parents=True, exist_ok=True)
+        with open(self.paths.root / ".run.json.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+            run_json = self.paths.run_json
+            data = json.loads(run_json.read_text()) if run_json.exists() else {}
+            data.setdefault("start_t", time.time())
+            for key, value in defaults.items():
+                data.setdefault(key, value)
+            data.setdefault("hosts", {})[host] = host_entry
+            partial = run_json.with_suffix(f".{self.sup_dir.name}.tmp")
+            partial.write_text(json.dumps(data, indent=2))
+            partial.replace(run_json)
