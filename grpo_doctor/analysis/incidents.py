@@ -5,7 +5,9 @@ every other rank then times out in the next collective, loses its peer, or is st
 Sorted by severity alone, the victims' timeouts lead and the culprit comes third. Here each finding
 that another one explains becomes a `consequence` whose `caused_by` is the root's `Finding.key`;
 the root becomes a `root-cause` (as severe as the worst of its consequences), and the list is put in
-order: each root first with its consequences right after it, incidents by severity.
+order: each root first with its consequences right after it, incidents by severity. A consequence's
+title ends with the chain in a few words: "... timed out in all_gather (because rank(s) 1 hung in
+rollout)".
 
 What explains what (the root kinds, most fundamental first; a finding is explained by the first root
 that can explain it):
@@ -33,6 +35,7 @@ import dataclasses
 from collections.abc import Callable
 
 from grpo_doctor.analysis.findings import SEVERITIES, Finding, sort_findings
+from grpo_doctor.rankset import format_ranks
 
 # Root kinds in the order they are tried: the most fundamental cause first.
 ROOT_ORDER = ("rendezvous-failure", "cuda-oom", "host-oom", "collective-mismatch", "hang", "rank-crash",
@@ -66,7 +69,9 @@ def link_incidents(findings: list[Finding]) -> list[Finding]:
     out: list[Finding] = []
     for i, f in [(i, findings[i]) for i in roots] + [(i, f) for i, f in enumerate(findings) if i not in roots]:
         if i in consequence_of:
-            out.append(dataclasses.replace(f, role="consequence", caused_by=findings[consequence_of[i]].key))
+            root = findings[consequence_of[i]]
+            out.append(dataclasses.replace(f, role="consequence", caused_by=root.key,
+                                           title=f"{f.title} (because {_because(root)})"))
         elif i in roots:
             worst = min((findings[j].severity for j, r in consequence_of.items() if r == i), key=SEVERITIES.index)
             severity = min(f.severity, worst, key=SEVERITIES.index)
@@ -74,6 +79,23 @@ def link_incidents(findings: list[Finding]) -> list[Finding]:
         else:
             out.append(f)
     return sort_findings(out)
+
+
+def _because(root: Finding) -> str:
+    """The root cause in a few words, for the consequence's own sentence: the chain in one line."""
+    who = f"rank(s) {format_ranks(list(root.ranks))}" if root.ranks else None
+    phrases = {
+        "hang": f"{who or 'a rank'} hung" + (f" in {root.phase}" if root.phase else ""),
+        "collective-mismatch": f"{who or 'some ranks'} called a different collective",
+        "rank-crash": f"{who or 'a process'} failed first",
+        "cuda-oom": f"{who or 'a process'} ran out of GPU memory",
+        "host-oom": f"{who or 'a process'} ran out of host memory",
+        "rendezvous-failure": "the job's rendezvous failed",
+        "nccl-error": "NCCL failed" + (f" on {who}" if who else ""),
+        "seed-collision": f"{who or 'ranks'} sample with the same seed",
+        "constant-reward": "the reward is constant",
+    }
+    return phrases.get(root.id, root.id)
 
 
 def _is_victim(f: Finding, findings: list[Finding]) -> bool:

@@ -146,6 +146,7 @@ OTHER_TOOLS: dict[str, tuple[str, ...]] = {
     "docker": ("--shm-size", "--ipc", "--memory", "--ulimit"),
     "Slurm": ("--mem",),
     "compute-sanitizer": ("--tool",),
+    "py-spy": ("--pid", "--native"),
 }
 
 
