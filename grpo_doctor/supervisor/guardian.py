@@ -27,6 +27,8 @@ from dataclasses import dataclass
 
 import psutil
 
+from grpo_doctor.supervisor.launch import alive
+
 TOKEN_ENV = "GRPO_DOCTOR_WATCH_TOKEN"
 
 
@@ -81,7 +83,7 @@ def sweep(token: str, grace_s: float) -> int:
     deadline = time.monotonic() + grace_s
     while procs and time.monotonic() < deadline:
         time.sleep(0.1)
-        procs = [p for p in procs if _alive(p)]
+        procs = [p for p in procs if alive(p)]
     for proc in carriers(token):  # also anything started during the grace period
         _send(proc, signal.SIGKILL)
     return len(procs)
@@ -92,13 +94,6 @@ def _send(proc: psutil.Process, signum: int) -> None:
         proc.send_signal(signum)
     except psutil.Error:
         pass
-
-
-def _alive(proc: psutil.Process) -> bool:
-    try:
-        return proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
 
 
 def main(argv: list[str]) -> int:

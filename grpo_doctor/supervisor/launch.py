@@ -112,7 +112,7 @@ class ProcessTree:
                 procs = [root, *root.children(recursive=True)]
             except psutil.Error:
                 return []
-        return [p for p in procs if p.pid not in self.outside and _alive(p)]
+        return [p for p in procs if p.pid not in self.outside and alive(p)]
 
     def forward(self, signum: int) -> None:
         """Send a signal to the launcher only (torchrun passes SIGINT/SIGTERM on to its workers)."""
@@ -170,7 +170,8 @@ class ProcessTree:
                 return
 
 
-def _alive(p: psutil.Process) -> bool:
+def alive(p: psutil.Process) -> bool:
+    """Running (a zombie, or a process already gone, is not)."""
     try:
         return p.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
