@@ -22,7 +22,7 @@ import threading
 import time
 from pathlib import Path
 
-from grpo_doctor.rank.nvml import Nvml
+from grpo_doctor.host.nvml import Nvml
 from grpo_doctor.supervisor.sampler import Sampler
 
 TARGET_PCT = 2.0

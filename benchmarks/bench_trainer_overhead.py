@@ -27,11 +27,12 @@ import time
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+from grpo_doctor_trainer.config import parse_args  # noqa: E402
+from grpo_doctor_trainer.dist import init_distributed, shutdown_distributed  # noqa: E402
+from grpo_doctor_trainer.train import build_trainer  # noqa: E402
+
 import grpo_doctor as gd  # noqa: E402
 from grpo_doctor.rank import api  # noqa: E402
-from trainer.config import parse_args  # noqa: E402
-from trainer.dist import init_distributed, shutdown_distributed  # noqa: E402
-from trainer.train import build_trainer  # noqa: E402
 
 
 def main() -> None:

@@ -94,7 +94,7 @@ def bench_trainer_latency(tmp: Path, nproc: int) -> None:
     run_dir = tmp / f"trainer-{nproc}"
     cmd = watch(run_dir, "--hang-floor", "10", "--hang-factor", "5", "--on-hang", "kill") + [
         sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--master-addr=127.0.0.1",
-        f"--master-port={free_port()}", "-m", "trainer.train", "--model", "tiny", "--steps", "30",
+        f"--master-port={free_port()}", "-m", "grpo_doctor_trainer.train", "--model", "tiny", "--steps", "30",
         "--inject", f"hang:rank={nproc - 1},phase=rollout,step=4"]
     subprocess.run(cmd, env=env(), cwd=tmp, capture_output=True, timeout=900)
     first, second, timeout_s = latency(run_dir)
@@ -138,7 +138,7 @@ def bench_cpu(tmp: Path, n: int, duration_s: float) -> None:
 
 def bench_vs_watchdog(tmp: Path, timeout_s: int) -> None:
     base = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", "--master-addr=127.0.0.1"]
-    trainer = ["-m", "trainer.train", "--model", "tiny", "--steps", "30", "--dist-timeout-s", str(timeout_s),
+    trainer = ["-m", "grpo_doctor_trainer.train", "--model", "tiny", "--steps", "30", "--dist-timeout-s", str(timeout_s),
                "--inject", "hang:rank=1,phase=rollout,step=4"]
     run_dir = tmp / "vs-watch"
     subprocess.run(watch(run_dir, "--on-hang", "kill") + base + [f"--master-port={free_port()}"] + trainer,

@@ -78,7 +78,7 @@ def run_scenario(scenario: Scenario, run_dir: Path) -> None:
     command = [sys.executable, "-m", "grpo_doctor.cli.main", "watch", "--run-dir", str(run_dir),
                *scenario.watch_args, "--",
                sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "4", "--master-addr", "127.0.0.1",
-               "--master-port", str(port), "-m", "trainer.train", "--model", "tiny", "--run-dir", str(run_dir),
+               "--master-port", str(port), "-m", "grpo_doctor_trainer.train", "--model", "tiny", "--run-dir", str(run_dir),
                "--dist-timeout-s", "60", *scenario.trainer_args]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)

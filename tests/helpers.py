@@ -102,7 +102,7 @@ class LaunchedRun:
 
     @property
     def run(self):
-        from grpo_doctor.eventlog import load_run
+        from grpo_doctor.runlog.eventlog import load_run
 
         return load_run([self.run_dir])
 

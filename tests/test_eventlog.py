@@ -3,7 +3,7 @@ import json
 import pytest
 from helpers import write_rank
 
-from grpo_doctor.eventlog import MAX_LINE_BYTES, RunDirError, load_run, read_rank_file
+from grpo_doctor.runlog.eventlog import MAX_LINE_BYTES, RunDirError, load_run, read_rank_file
 from grpo_doctor.schema import End, Header, PhaseBegin, PhaseEnd, RunPaths, Step
 
 

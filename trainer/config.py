@@ -15,7 +15,7 @@ import os
 import sys
 from dataclasses import dataclass
 
-from trainer.inject import Fault, check_faults_for_world, parse_fault
+from .inject import Fault, check_faults_for_world, parse_fault
 
 
 class UsageError(Exception):
@@ -72,7 +72,7 @@ class TrainConfig:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m trainer.train",
+        prog="python -m grpo_doctor_trainer.train",
         description="Reference GRPO trainer for grpo-doctor (run under torchrun for several ranks).",
     )
     p.add_argument("--model", default="tiny", help="'tiny' (built in code) or a local Hugging Face checkpoint dir")

@@ -26,8 +26,8 @@ from collections.abc import Iterator
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from trainer.config import TrainConfig
-from trainer.dist import DistInfo
+from .config import TrainConfig
+from .dist import DistInfo
 
 # DeepSpeed prints its config and a line every N steps unless told otherwise.
 _DS_QUIET_STEPS = 10**9

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from trainer.config import TrainConfig, UsageError
+from .config import TrainConfig, UsageError
 
 # Arithmetic prompts ("<bos>12*17=") are well under this with a character or BPE tokenizer.
 _MAX_PROMPT_TOKENS = 16

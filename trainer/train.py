@@ -7,8 +7,8 @@ Each rank records its rollouts (`gd.rollouts`) every step and its random state
 (`gd.seed_audit`) at start and every SEED_AUDIT_EVERY steps.
 
 Typical use:
-    torchrun --nproc-per-node 2 -m trainer.train --steps 6 --run-dir runs/demo
-    python -m trainer.train --steps 2 --no-record        # one process, world size 1
+    torchrun --nproc-per-node 2 -m grpo_doctor_trainer.train --steps 6 --run-dir runs/demo
+    python -m grpo_doctor_trainer.train --steps 2 --no-record        # one process, world size 1
 """
 from __future__ import annotations
 
@@ -22,21 +22,22 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 import grpo_doctor as gd
-from trainer.config import TrainConfig, UsageError, parse_args
-from trainer.data import make_problems, rank_slice
-from trainer.dist import (
+
+from .config import TrainConfig, UsageError, parse_args
+from .data import make_problems, rank_slice
+from .dist import (
     DistInfo,
     all_gather_floats,
     all_gather_objects,
     init_distributed,
     shutdown_distributed,
 )
-from trainer.engine import DDPEngine, DeepSpeedEngine, build_engine
-from trainer.grpo import group_advantages, grpo_loss, reward_stats, token_logprobs
-from trainer.inject import Injector
-from trainer.model import build_policy_and_reference, save_model
-from trainer.reward import score_completions
-from trainer.rollout import VLLMRollout, generate_hf
+from .engine import DDPEngine, DeepSpeedEngine, build_engine
+from .grpo import group_advantages, grpo_loss, reward_stats, token_logprobs
+from .inject import Injector
+from .model import build_policy_and_reference, save_model
+from .reward import score_completions
+from .rollout import VLLMRollout, generate_hf
 
 SEED_AUDIT_EVERY = 10
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.analysis.rank_progress import completed
-from grpo_doctor.stack_groups import CollectiveCall
+from grpo_doctor.checks.stack_groups import CollectiveCall
 
 
 @dataclass(frozen=True)

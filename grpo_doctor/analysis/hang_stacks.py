@@ -17,8 +17,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from grpo_doctor.stack_groups import format_frame, frame_kind, headline, innermost_user_frame
-from grpo_doctor.stackdata import StackCapture, ThreadStack, thread_from_pyspy_json
+from grpo_doctor.checks.stack_groups import format_frame, frame_kind, headline, innermost_user_frame
+from grpo_doctor.schema.stacks import StackCapture, ThreadStack, thread_from_pyspy_json
 
 MAX_FRAMES_SHOWN = 40
 

@@ -35,7 +35,7 @@ import dataclasses
 from collections.abc import Callable
 
 from grpo_doctor.analysis.findings import SEVERITIES, Finding, sort_findings
-from grpo_doctor.rankset import format_ranks
+from grpo_doctor.schema.ranks import format_ranks
 
 # Root kinds in the order they are tried: the most fundamental cause first.
 ROOT_ORDER = ("rendezvous-failure", "cuda-oom", "host-oom", "collective-mismatch", "hang", "rank-crash",

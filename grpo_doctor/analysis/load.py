@@ -44,15 +44,15 @@ import pandas as pd
 from grpo_doctor.analysis import metric_logs as framework_logs
 from grpo_doctor.analysis import rollout_tables
 from grpo_doctor.analysis.clock import describe_offsets, host_offsets, shift_times
-from grpo_doctor.analysis.columns import Column, joined, repeated
 from grpo_doctor.analysis.console_metrics import read_console_metrics
 from grpo_doctor.analysis.metric_files import read_metric_files
-from grpo_doctor.analysis.parallel_read import read_rank_files
 from grpo_doctor.analysis.probe_evidence import ProbeEvidence, load_probe, probe_files
-from grpo_doctor.analysis.rank_tables import TabledRankLog
 from grpo_doctor.analysis.signature_rows import SignatureRows, file_signatures
 from grpo_doctor.analysis.watch_files import hang_problem, summary_problem
-from grpo_doctor.eventlog import (
+from grpo_doctor.logs.flight_recorder import FlightDump, FlightDumpError, is_flight_dump, read_flight_dump
+from grpo_doctor.logs.signatures import Signature
+from grpo_doctor.runlog.columns import Column, joined, repeated
+from grpo_doctor.runlog.eventlog import (
     RANK_FILE_GLOB,
     RunDirError,
     RunLog,
@@ -62,10 +62,10 @@ from grpo_doctor.eventlog import (
     regular_files,
     special_file_kind,
 )
-from grpo_doctor.field_checks import MAX_WORLD_SIZE, within_depth
-from grpo_doctor.logs.flight_recorder import FlightDump, FlightDumpError, is_flight_dump, read_flight_dump
-from grpo_doctor.logs.signatures import Signature
+from grpo_doctor.runlog.parallel_read import read_rank_files
+from grpo_doctor.runlog.rank_tables import TabledRankLog
 from grpo_doctor.schema import Error, Header, Rng, Rollout, RunPaths, Step
+from grpo_doctor.schema.field_checks import MAX_WORLD_SIZE, within_depth
 
 PHASE_COLUMNS = ["rank", "host", "step", "phase", "path", "begin_t", "end_t", "duration_s", "error"]
 STEP_COLUMNS = ["rank", "host", "step", "t", "source"]

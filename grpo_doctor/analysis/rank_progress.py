@@ -20,9 +20,9 @@ import re
 from dataclasses import dataclass
 
 from grpo_doctor.analysis.load import Evidence
+from grpo_doctor.checks.stack_groups import CollectiveCall, collective_call
 from grpo_doctor.schema import End, Error
-from grpo_doctor.stack_groups import CollectiveCall, collective_call
-from grpo_doctor.stackdata import Frame, traceback_frames
+from grpo_doctor.schema.stacks import Frame, traceback_frames
 
 # A collective or store operation gave up waiting: the rank that raised it is the one that waited.
 _TIMEOUT_MS = (

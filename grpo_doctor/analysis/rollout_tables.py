@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from grpo_doctor.rng_sharing import SharedRngState, sampling_generator, shared_rng_states
+from grpo_doctor.checks.rng_sharing import SharedRngState, sampling_generator, shared_rng_states
 from grpo_doctor.schema import Rng, Rollout
 
 ROLLOUT_COLUMNS = ["rank", "host", "step", "t", "num_completions", "num_groups", "duplicate_rate", "distinct_1",

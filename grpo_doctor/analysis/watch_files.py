@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from grpo_doctor.field_checks import MAX_WORLD_SIZE, within_depth
-from grpo_doctor.stackdata import ThreadStack
+from grpo_doctor.schema.field_checks import MAX_WORLD_SIZE, within_depth
+from grpo_doctor.schema.stacks import ThreadStack
 
 # Far deeper than watch writes (a stack's frames are 4 levels down), far shallower than a recursion limit.
 MAX_DEPTH = 16

@@ -21,8 +21,8 @@ from pathlib import Path
 
 from grpo_doctor.cli import report, summary
 from grpo_doctor.cli.errors import UserError
-from grpo_doctor.eventlog import RunDirError, load_run
 from grpo_doctor.report.console import format_findings
+from grpo_doctor.runlog.eventlog import RunDirError, load_run
 
 
 def add_parser(sub) -> None:
@@ -49,7 +49,7 @@ def run(args) -> int:
     command = [
         sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(args.nproc),
         "--master-addr", "127.0.0.1", "--master-port", str(_free_port()),
-        "-m", "trainer.train", "--model", "tiny", "--steps", str(args.steps), "--run-dir", str(out),
+        "-m", "grpo_doctor_trainer.train", "--model", "tiny", "--steps", str(args.steps), "--run-dir", str(out),
         "--engine", args.engine, "--dist-timeout-s", str(args.dist_timeout_s),
     ]
     for spec in args.inject:
@@ -75,7 +75,7 @@ def run(args) -> int:
 
 def _check_inject_specs(specs: list[str]) -> None:
     """Reject a bad spec here, in one line, rather than after torchrun has started two ranks."""
-    from trainer.inject import parse_fault
+    from grpo_doctor_trainer.inject import parse_fault
 
     for spec in specs:
         try:

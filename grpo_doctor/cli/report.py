@@ -74,8 +74,8 @@ def write_report(paths: list, out: Path | None = None, configs: dict | None = No
     from grpo_doctor.analysis.load import load_evidence
     from grpo_doctor.analysis.rule_settings import changed_settings
     from grpo_doctor.analysis.rules import run_rules
-    from grpo_doctor.eventlog import paused_gc
     from grpo_doctor.report.render import render_report
+    from grpo_doctor.runlog.eventlog import paused_gc
 
     # A big run's millions of records live until the page is written, and each pass of the cyclic
     # collector over them costs seconds (2 M records: about 2.5 s a pass, several passes while the

@@ -14,8 +14,8 @@ import statistics
 import time
 
 from grpo_doctor.cli.errors import UserError
-from grpo_doctor.eventlog import RankLog, RunDirError, RunLog, load_run
 from grpo_doctor.logs.terminal_text import terminal_safe
+from grpo_doctor.runlog.eventlog import RankLog, RunDirError, RunLog, load_run
 from grpo_doctor.schema import Memory, PhaseEnd, Record, Step
 
 

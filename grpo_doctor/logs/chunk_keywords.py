@@ -1,14 +1,22 @@
 """The keyword pre-check (`detectors.KEYWORDS`) over the raw bytes of a whole chunk of a file.
 
 `detectors.is_hot` tests every line for each keyword. `scan_file` instead searches a chunk of a
-file (256 KiB) at once and feeds the scanner only the lines from a hit on. One `bytes.find` pass
-per keyword would still cost about 0.6 ns a byte, 10 ns for all 17 (under 100 MB/s before any
-other work), so each keyword is found from a fairly rare byte it holds, its anchor: `bytes.find`
-(memchr) skips to the anchor's next occurrence, then a pattern that starts with the keyword from
-its anchor on makes `re` look for the anchor in a tight C loop (about 3 GB/s) and check the rest
-of the literal, then a lookbehind for the keyword's start, only where the anchor occurs.
-Keywords with the same anchor share one pass. A keyword without one would be searched whole
-with `bytes.find` (none is: see RARE_BYTES).
+file (256 KiB) at once and feeds the scanner only the lines from a hit on. Two engines give the
+same hits (a test compares them on every fixture and the corpus):
+
+- hyperscan, when it is installed (a dependency of the package; logs/ itself needs only the
+  stdlib): all keywords in one pass over the chunk, about 1.2 GB/s on the benchmark's log against
+  0.2 GB/s for the stdlib engine (docs/benchmarks.md, "Raw logs against grep"). Every match is
+  collected in that pass; `next_from` then only walks the sorted offsets.
+- the stdlib `re`: each keyword is found from a fairly rare byte it holds, its anchor:
+  `bytes.find` (memchr) skips to the anchor's next occurrence, then a pattern that starts with the
+  keyword from its anchor on makes `re` look for the anchor in a tight C loop (about 3 GB/s) and
+  check the rest of the literal, then a lookbehind for the keyword's start, only where the anchor
+  occurs. Keywords with the same anchor share one pass. A keyword without one would be searched
+  whole with `bytes.find` (none is: see RARE_BYTES).
+
+`GRPO_DOCTOR_KEYWORD_ENGINE=re` in the environment (read at import) keeps the stdlib engine even
+where hyperscan is installed: to compare the two, or to step around a broken build of it.
 
 A hit is exactly a keyword's occurrence: keywords are ASCII, and UTF-8 decoding (with
 "replace") neither makes nor breaks a run of ASCII bytes, so `is_hot(line)` is true exactly
@@ -20,7 +28,9 @@ Typical use:
 """
 from __future__ import annotations
 
+import os
 import re
+from bisect import bisect_left
 from collections.abc import Callable, Iterable
 
 from grpo_doctor.logs.detectors import KEYWORDS
@@ -36,6 +46,7 @@ from grpo_doctor.logs.detectors import KEYWORDS
 RARE_BYTES = b"jzxyCKFkhDH*"
 
 Search = Callable[[bytes, int], int]  # (chunk, offset) -> offset of the next hit, or -1
+ENGINE_VARIABLE = "GRPO_DOCTOR_KEYWORD_ENGINE"
 
 
 def build_searches(keywords: Iterable[str]) -> tuple[Search, ...]:
@@ -76,18 +87,64 @@ def _find_search(raw: bytes) -> Search:
 SEARCHES = build_searches(KEYWORDS)
 
 
-class KeywordHits:
-    """The keywords' hits in one chunk, in order: each search runs again only once passed."""
+class HyperscanKeywords:
+    """All `keywords` compiled into one hyperscan database (literals, block mode: a few ms)."""
 
-    def __init__(self, data: bytes, searches: tuple[Search, ...] = SEARCHES) -> None:
+    def __init__(self, keywords: Iterable[str]) -> None:
+        import hyperscan
+
+        raw = [keyword.encode("ascii") for keyword in keywords]
+        self._db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+        self._db.compile(expressions=raw, ids=list(range(len(raw))), elements=len(raw), literal=True)
+
+    def hit_offsets(self, data: bytes) -> list[int]:
+        """The offset of the last byte of every keyword occurrence in `data`, ascending."""
+        ends: list[int] = []
+        append = ends.append
+        # hyperscan reports each match at its end, in order of end; the binding serialises scans
+        # with a lock of its own, so one database (and its scratch) serves every thread.
+        self._db.scan(data, match_event_handler=lambda _id, _start, end, _flags, _ctx: append(end - 1))
+        return ends
+
+
+def _load_hyperscan() -> HyperscanKeywords | None:
+    if os.environ.get(ENGINE_VARIABLE, "").strip().lower() == "re":
+        return None
+    try:
+        return HyperscanKeywords(KEYWORDS)
+    except Exception:  # noqa: BLE001 - not installed, no wheel for this CPU, a broken build: the stdlib engine
+        return None
+
+
+HYPERSCAN = _load_hyperscan()
+ENGINE = "re" if HYPERSCAN is None else "hyperscan"
+
+
+class KeywordHits:
+    """The keywords' hits in one chunk, in order. With explicit `searches`, or without hyperscan,
+    each stdlib search runs again only once passed; else one hyperscan pass lists every hit."""
+
+    def __init__(self, data: bytes, searches: tuple[Search, ...] | None = None,
+                 engine: HyperscanKeywords | None = HYPERSCAN) -> None:
         self._data = data
-        self._searches = searches
-        self._next = [-1] * len(searches)  # each search's next hit; -1: not searched yet
+        self._end = len(data)
+        self._searches = SEARCHES if searches is None else searches
+        self._next = [-1] * len(self._searches)  # each search's next hit; -1: not searched yet
+        self._listed: list[int] | None = None
+        if searches is None and engine is not None:
+            self._listed = engine.hit_offsets(data)
+            self._at = 0  # index of the first listed hit not yet passed
 
     def next_from(self, pos: int) -> int:
         """The offset of a hit at or after `pos` with none before it, or len(data) when none is left.
-        `pos` must not go back. A hit's offset is inside its keyword (at its anchor)."""
-        data, nexts, end = self._data, self._next, len(self._data)
+        `pos` must not go back. A hit's offset is inside its keyword (at its anchor, or its last
+        byte with hyperscan); `pos` is a line's start in every use, so both name the same line."""
+        listed = self._listed
+        if listed is not None:
+            if self._at < len(listed) and listed[self._at] < pos:
+                self._at = bisect_left(listed, pos, self._at)
+            return listed[self._at] if self._at < len(listed) else self._end
+        data, nexts, end = self._data, self._next, self._end
         for i, at in enumerate(nexts):
             if at < pos:
                 found = self._searches[i](data, pos)

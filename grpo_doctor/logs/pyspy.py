@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from grpo_doctor.stackdata import Frame, StackCapture, ThreadStack, display_path
+from grpo_doctor.schema.stacks import Frame, StackCapture, ThreadStack, display_path
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _PROCESS = re.compile(r"Process (\d+): (.*?)\s*$")

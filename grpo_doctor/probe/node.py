@@ -20,15 +20,15 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from grpo_doctor.host.environment import collect_versions
+from grpo_doctor.host.nvml import Nvml
 from grpo_doctor.probe.consistency import compare_nodes
 from grpo_doctor.probe.options import ProbeOptions
 from grpo_doctor.probe.preflight import run_preflight
 from grpo_doctor.probe.results import PORT_FREE, REACHABLE, NodeReport, Problem
 from grpo_doctor.probe.settings import node_settings
 from grpo_doctor.probe.store_gather import finish_together, gather_over_store
-from grpo_doctor.rank.environment import collect_versions
-from grpo_doctor.rank.nvml import Nvml
-from grpo_doctor.rankset import format_ranks
+from grpo_doctor.schema.ranks import format_ranks
 
 PREFIX = "grpo-doctor-probe/node"
 # Settings whose difference means torchrun itself cannot form the job: no collectives then.

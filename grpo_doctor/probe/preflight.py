@@ -17,6 +17,7 @@ from collections.abc import Mapping
 
 import psutil
 
+from grpo_doctor.host.nvml import Nvml
 from grpo_doctor.probe.results import (
     PORT_FREE,
     PORT_IN_USE,
@@ -28,7 +29,6 @@ from grpo_doctor.probe.results import (
     Preflight,
     Problem,
 )
-from grpo_doctor.rank.nvml import Nvml
 
 RESOLVE_TIMEOUT_S = 10.0
 CONNECT_ATTEMPT_S = 3.0  # one connect; the whole check retries until the deadline

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from grpo_doctor.probe.results import Problem
-from grpo_doctor.rankset import format_ranks
+from grpo_doctor.schema.ranks import format_ranks
 
 NCCL_HINT = ("A collective failed or returned wrong values: check the network between the named ranks "
              "(NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME on the right interface, the same NCCL version everywhere), "

@@ -27,7 +27,7 @@ from grpo_doctor.probe.settings import SettingsError, node_settings
 from grpo_doctor.probe.stage_guard import StageGuard
 from grpo_doctor.probe.store_gather import finish_together, gather_over_store
 from grpo_doctor.probe.verdict import collective_problems, exit_status
-from grpo_doctor.rankset import format_ranks
+from grpo_doctor.schema.ranks import format_ranks
 
 NODES_CHECKED_ENV = "GRPO_DOCTOR_PROBE_NODES_CHECKED"  # set by `grpo-doctor probe`: nodes already compared
 PREFIX = "grpo-doctor-probe"
@@ -150,9 +150,9 @@ class RankProbe:
             return None
 
     def _rank_rendezvous(self, store: Any) -> tuple[dict, dict, dict] | None:
+        from grpo_doctor.host.environment import collect_versions
+        from grpo_doctor.host.nvml import Nvml
         from grpo_doctor.probe.preflight import gpus_visible
-        from grpo_doctor.rank.environment import collect_versions
-        from grpo_doctor.rank.nvml import Nvml
 
         nvml = Nvml()
         env = os.environ

@@ -14,7 +14,7 @@ from typing import Any
 
 import psutil
 
-from grpo_doctor.rank.nvml import Nvml
+from grpo_doctor.host.nvml import Nvml
 
 _process: psutil.Process | None = None
 

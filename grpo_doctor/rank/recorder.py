@@ -19,11 +19,11 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from grpo_doctor.host.environment import collect_launch_settings, collect_versions, current_gpu_uuid
+from grpo_doctor.host.nvml import Nvml
 from grpo_doctor.rank import memory_history
-from grpo_doctor.rank.environment import collect_launch_settings, collect_versions, current_gpu_uuid
 from grpo_doctor.rank.identity import RankIdentity
 from grpo_doctor.rank.memory import take_memory_snapshot
-from grpo_doctor.rank.nvml import Nvml
 from grpo_doctor.rank.sink import JsonlSink
 from grpo_doctor.schema import (
     End,

@@ -11,9 +11,9 @@ Typical use (what seed_audit(compare_across_ranks=True) does):
 """
 from __future__ import annotations
 
+from grpo_doctor.checks.rng_sharing import collision_line, shared_rng_states
 from grpo_doctor.rank import api
 from grpo_doctor.rank.identity import process_group
-from grpo_doctor.rng_sharing import collision_line, shared_rng_states
 from grpo_doctor.schema import Rng
 
 

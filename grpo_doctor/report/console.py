@@ -22,9 +22,9 @@ from typing import Any
 
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.logs.terminal_text import terminal_safe
-from grpo_doctor.rankset import format_ranks
 from grpo_doctor.report.coverage import coverage
 from grpo_doctor.report.incident_groups import group_findings
+from grpo_doctor.schema.ranks import format_ranks
 
 INDENT = " " * 9  # under the title, past "CRITICAL "
 

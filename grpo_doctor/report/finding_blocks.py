@@ -14,10 +14,10 @@ from typing import Any
 
 from grpo_doctor.analysis.findings import SEVERITIES, Finding, FindingsFile
 from grpo_doctor.analysis.load import Evidence
-from grpo_doctor.rankset import format_ranks
 from grpo_doctor.report.coverage import Coverage
 from grpo_doctor.report.incident_groups import FindingGroup, group_findings
 from grpo_doctor.report.sections import evidence_items
+from grpo_doctor.schema.ranks import format_ranks
 
 STACK_KEYS = ("culprit_stacks", "culprit_code", "culprit_frames", "stack_groups", "waiting_calls")  # evidence shown as the culprit's stack, not in the table
 MAX_TRACEBACK_LINES = 30

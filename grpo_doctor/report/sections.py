@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_doctor.analysis.load import Evidence
-from grpo_doctor.rankset import format_ranks
+from grpo_doctor.schema.ranks import format_ranks
 
 # Variables that differ from rank to rank by design, so a difference means nothing.
 PER_RANK_KEYS = frozenset({"RANK", "LOCAL_RANK", "GROUP_RANK", "NODE_RANK", "TORCHELASTIC_RUN_ID"})

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grpo_doctor.stack_groups import (
+from grpo_doctor.checks.stack_groups import (
     compare_captures,
     culprit_ranks,
     describe,

@@ -21,7 +21,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grpo_doctor.eventlog import advance_open_phases
+from grpo_doctor.runlog.eventlog import advance_open_phases
 from grpo_doctor.schema import (
     BadRecord,
     End,

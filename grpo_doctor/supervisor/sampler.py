@@ -30,7 +30,7 @@ from typing import IO, Any, ClassVar
 
 import psutil
 
-from grpo_doctor.rank.nvml import Nvml, NvmlError
+from grpo_doctor.host.nvml import Nvml, NvmlError
 from grpo_doctor.schema import SCHEMA_VERSION
 
 NO_NVML_MESSAGE = "GPU sampling off: no NVIDIA driver (NVML unavailable)"

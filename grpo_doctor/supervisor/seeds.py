@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from grpo_doctor.rankset import format_ranks
-from grpo_doctor.rng_sharing import GENERATOR_NAMES, SharedRngState, collision_line, shared_rng_states
+from grpo_doctor.checks.rng_sharing import GENERATOR_NAMES, SharedRngState, collision_line, shared_rng_states
 from grpo_doctor.schema import Rng
+from grpo_doctor.schema.ranks import format_ranks
 
 
 class SeedCheck:

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import IO
 
 from grpo_doctor.logs.pyspy import format_pyspy_text
-from grpo_doctor.stackdata import StackCapture, thread_from_pyspy_json
+from grpo_doctor.schema.stacks import StackCapture, thread_from_pyspy_json
 
 INSTALL_HINT = "install it into the job's environment: pip install py-spy"
 PTRACE_HINT = (

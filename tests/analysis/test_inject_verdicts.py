@@ -52,7 +52,7 @@ def run_watch(tmp_path: Path, spec: str, steps: int, dist_timeout_s: str) -> tup
     cmd = [sys.executable, "-m", "grpo_doctor.cli.main", "watch", "--run-dir", str(run_dir), "--hang-floor", "5",
            "--hang-factor", "3", "--second-look", "1", "--on-hang", "kill", "--",
            sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", "--master-addr=127.0.0.1",
-           f"--master-port={free_port()}", "-m", "trainer.train", "--model", "tiny", "--steps", str(steps),
+           f"--master-port={free_port()}", "-m", "grpo_doctor_trainer.train", "--model", "tiny", "--steps", str(steps),
            "--dist-timeout-s", dist_timeout_s, "--inject", spec]
     out = subprocess.run(cmd, env=clean_env(OMP_NUM_THREADS="1"), cwd=REPO, capture_output=True, text=True,
                          timeout=RUN_TIMEOUT_S)

@@ -5,7 +5,7 @@ import pytest
 from rundata import LOGS, common, header, write_hang, write_rank
 
 from grpo_doctor.analysis.load import EvidenceError, load_evidence
-from grpo_doctor.eventlog import load_run
+from grpo_doctor.runlog.eventlog import load_run
 from grpo_doctor.schema import Error, PhaseBegin, PhaseEnd, Step
 
 

@@ -4,8 +4,8 @@ from dataclasses import replace
 from rundata import common, header, write_rank
 
 from grpo_doctor.analysis.load import load_evidence
-from grpo_doctor.analysis.rank_tables import read_rank_tables
-from grpo_doctor.eventlog import read_rank_file
+from grpo_doctor.runlog.eventlog import read_rank_file
+from grpo_doctor.runlog.rank_tables import read_rank_tables
 from grpo_doctor.schema import End, Error, Memory, PhaseBegin, PhaseEnd, RunPaths, Step
 
 

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from grpo_doctor.analysis.rank_tables import read_rank_tables
-from grpo_doctor.eventlog import read_rank_file
+from grpo_doctor.runlog.eventlog import read_rank_file
+from grpo_doctor.runlog.rank_tables import read_rank_tables
 from grpo_doctor.schema import Memory, PhaseBegin, PhaseEnd
 
 COMMON = dict(rank=0, host="node-0", pid=7, step=3, t=100.0, mono=5.0)

@@ -33,7 +33,7 @@ def test_no_finding_when_beta_is_zero_on_the_command_line(tmp_path):
     records = {}
     for r in range(2):
         head = Header(**common(r), local_rank=r, world_size=2, node_rank=0, local_world_size=2, gpu_uuid=None,
-                      versions={}, launch={}, argv=["-m", "trainer.train", "--beta", "0"])
+                      versions={}, launch={}, argv=["-m", "grpo_doctor_trainer.train", "--beta", "0"])
         records[r] = [head] + [step(r, n, **{**m, "kl": 0.0}) for n, m in enumerate(healthy_metrics(8))]
     run_dir = tmp_path / "run"
     for r, recs in records.items():

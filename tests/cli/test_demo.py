@@ -4,7 +4,7 @@ import sys
 import pytest
 from helpers import clean_env
 
-from grpo_doctor.eventlog import load_run
+from grpo_doctor.runlog.eventlog import load_run
 from grpo_doctor.schema import Step
 
 

@@ -5,10 +5,10 @@ from types import SimpleNamespace
 import torch
 from helpers import run_program
 
-from grpo_doctor.eventlog import load_run
 from grpo_doctor.rank.integrations.callback import numeric_metrics, sampling_place
 from grpo_doctor.rank.integrations.layout import as_text, layout_group_ids
 from grpo_doctor.rank.integrations.trl import _rank_rewards
+from grpo_doctor.runlog.eventlog import load_run
 from grpo_doctor.schema import Memory, PhaseBegin, Rng, Step
 
 

@@ -8,8 +8,8 @@ import pytest
 from helpers import run_program
 from transformers import TrainerCallback
 
-from grpo_doctor.eventlog import load_run
 from grpo_doctor.rank.integrations.swift import GrpoDoctorRollouts, SwiftCallback, register
+from grpo_doctor.runlog.eventlog import load_run
 from grpo_doctor.schema import Rollout
 
 

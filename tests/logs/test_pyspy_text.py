@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from grpo_doctor.checks.stack_groups import culprit_ranks, describe, group_stacks, odd_ranks
 from grpo_doctor.logs.pyspy import format_pyspy_text, parse_pyspy_text
-from grpo_doctor.stack_groups import culprit_ranks, describe, group_stacks, odd_ranks
-from grpo_doctor.stackdata import Frame, StackCapture, ThreadStack
+from grpo_doctor.schema.stacks import Frame, StackCapture, ThreadStack
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "pyspy"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from helpers import clean_env, run_program, write_program
 
-from grpo_doctor.eventlog import load_run
+from grpo_doctor.runlog.eventlog import load_run
 from grpo_doctor.schema import Error, RunPaths
 
 STUCK_IN_ROLLOUT = """

@@ -6,10 +6,10 @@ import sys
 import pytest
 from helpers import clean_env, run_program
 
-from grpo_doctor.eventlog import load_run
+from grpo_doctor.host.nvml import GpuProcess, Nvml
 from grpo_doctor.rank.identity import RankIdentity
-from grpo_doctor.rank.nvml import GpuProcess, Nvml
 from grpo_doctor.rank.recorder import Recorder
+from grpo_doctor.runlog.eventlog import load_run
 from grpo_doctor.schema import Error, Header, Memory, PhaseEnd
 
 
@@ -118,6 +118,6 @@ def test_a_real_cuda_oom_is_recorded_with_its_phase_and_an_allocator_dump(tmp_pa
 
 
 def test_nvml_import_failure_is_not_an_error():
-    code = "import sys; sys.modules['pynvml'] = None\nfrom grpo_doctor.rank.nvml import Nvml\nprint(Nvml().available)"
+    code = "import sys; sys.modules['pynvml'] = None\nfrom grpo_doctor.host.nvml import Nvml\nprint(Nvml().available)"
     out = subprocess.run([sys.executable, "-c", code], env=clean_env(), capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "False"

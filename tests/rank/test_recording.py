@@ -3,7 +3,7 @@ import math
 
 from helpers import run_program
 
-from grpo_doctor.eventlog import load_run
+from grpo_doctor.runlog.eventlog import load_run
 from grpo_doctor.schema import Header, Memory, PhaseBegin, PhaseEnd, Step
 
 

@@ -7,7 +7,7 @@ import pytest
 from helpers import clean_env, free_port, run_program, write_program
 
 from grpo_doctor.checks.hashing import hash_text, hash_token_ids
-from grpo_doctor.eventlog import load_run
+from grpo_doctor.runlog.eventlog import load_run
 from grpo_doctor.schema import Rollout, Step
 
 

@@ -8,8 +8,8 @@ import pytest
 import torch
 from helpers import clean_env, run_program, write_program
 
-from grpo_doctor.eventlog import load_run
 from grpo_doctor.rank.seeds import fingerprints
+from grpo_doctor.runlog.eventlog import load_run
 from grpo_doctor.schema import Rng
 
 

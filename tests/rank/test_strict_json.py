@@ -9,8 +9,8 @@ import sys
 import pytest
 from helpers import clean_env, run_program
 
-from grpo_doctor.analysis.rank_tables import read_rank_tables
-from grpo_doctor.eventlog import load_run, read_rank_file
+from grpo_doctor.runlog.eventlog import load_run, read_rank_file
+from grpo_doctor.runlog.rank_tables import read_rank_tables
 from grpo_doctor.schema import Error, PhaseBegin, Rollout, RunPaths, Step
 
 DIVERGING = """

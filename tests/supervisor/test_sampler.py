@@ -12,7 +12,7 @@ import psutil
 import pytest
 from helpers import clean_env
 
-from grpo_doctor.rank.nvml import GpuProcess, Nvml, NvmlError, XidEvent
+from grpo_doctor.host.nvml import GpuProcess, Nvml, NvmlError, XidEvent
 from grpo_doctor.supervisor.sampler import (
     NO_NVML_MESSAGE,
     GpuSample,

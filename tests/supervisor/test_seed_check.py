@@ -30,13 +30,13 @@ def test_one_tensor_parallel_group_sharing_its_seed_is_fine():
 @pytest.mark.distributed
 def test_watch_says_the_seed_collision_of_a_node_at_start(tmp_path):
     run_dir = tmp_path / "run"
-    cmd = watch_cmd(run_dir, "--no-report") + torchrun() + ["-m", "trainer.train", "--model", "tiny", "--steps", "2",
+    cmd = watch_cmd(run_dir, "--no-report") + torchrun() + ["-m", "grpo_doctor_trainer.train", "--model", "tiny", "--steps", "2",
                                                            "--inject", "same-seed-per-node"]
     out = run_watch(cmd, tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "seed collision: ranks 0-1" in out.stderr and "sampling seed" in out.stderr
     healthy = run_watch(watch_cmd(tmp_path / "ok", "--no-report") + torchrun()
-                        + ["-m", "trainer.train", "--model", "tiny", "--steps", "1"], tmp_path)
+                        + ["-m", "grpo_doctor_trainer.train", "--model", "tiny", "--steps", "1"], tmp_path)
     assert healthy.returncode == 0 and "seed collision" not in healthy.stderr
 
 

@@ -14,8 +14,7 @@ import psutil
 import pytest
 from helpers import clean_env, write_program
 
-from grpo_doctor.logs.pyspy import parse_pyspy_text
-from grpo_doctor.stack_groups import (
+from grpo_doctor.checks.stack_groups import (
     StackGroup,
     compare_captures,
     culprit_ranks,
@@ -25,7 +24,8 @@ from grpo_doctor.stack_groups import (
     odd_ranks,
     stack_signature,
 )
-from grpo_doctor.stackdata import Frame, StackCapture, ThreadStack
+from grpo_doctor.logs.pyspy import parse_pyspy_text
+from grpo_doctor.schema.stacks import Frame, StackCapture, ThreadStack
 from grpo_doctor.supervisor.stacks import capture_stacks, find_py_spy, ptrace_denied
 
 # Ranks 0-2 wait in a "collective", rank 3 is still generating: the shape of a GRPO hang.

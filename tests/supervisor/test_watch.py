@@ -56,7 +56,7 @@ def hang_report(run_dir: Path) -> dict:
 def test_a_stuck_rank_of_the_reference_trainer_is_named_with_its_phase_and_step(tmp_path):
     run_dir = tmp_path / "run"
     cmd = watch_cmd(run_dir, "--hang-floor", "5", "--hang-factor", "3", "--second-look", "1", "--on-hang", "kill")
-    cmd += torchrun() + ["-m", "trainer.train", "--model", "tiny", "--steps", "8", "--dist-timeout-s", "600",
+    cmd += torchrun() + ["-m", "grpo_doctor_trainer.train", "--model", "tiny", "--steps", "8", "--dist-timeout-s", "600",
                          "--inject", "hang:rank=1,phase=rollout,step=3"]
     out, pids = run_watch_tracked(cmd, tmp_path)
     assert out.returncode == HANG_EXIT, out.stderr[-3000:]
@@ -155,7 +155,7 @@ def test_a_rank_found_after_a_long_silent_start_is_not_taken_for_a_hang(tmp_path
 @pytest.mark.distributed
 def test_a_rank_killed_with_sigkill_is_named_with_its_last_phase(tmp_path):
     run_dir = tmp_path / "run"
-    cmd = watch_cmd(run_dir) + torchrun() + ["-m", "trainer.train", "--model", "tiny", "--steps", "6",
+    cmd = watch_cmd(run_dir) + torchrun() + ["-m", "grpo_doctor_trainer.train", "--model", "tiny", "--steps", "6",
                                              "--inject", "crash:rank=1,step=2,how=sigkill,phase=backward"]
     out = run_watch(cmd, tmp_path)
     assert out.returncode == 1  # torchrun's own status, passed through
@@ -168,7 +168,7 @@ def test_a_rank_killed_with_sigkill_is_named_with_its_last_phase(tmp_path):
 @pytest.mark.distributed
 def test_ctrl_c_to_watch_leaves_no_process_behind(tmp_path):
     run_dir = tmp_path / "run"
-    cmd = watch_cmd(run_dir) + torchrun() + ["-m", "trainer.train", "--model", "tiny", "--steps", "10000"]
+    cmd = watch_cmd(run_dir) + torchrun() + ["-m", "grpo_doctor_trainer.train", "--model", "tiny", "--steps", "10000"]
     proc = subprocess.Popen(cmd, env=clean_env(OMP_NUM_THREADS="1"), cwd=tmp_path, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:

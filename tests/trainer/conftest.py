@@ -24,12 +24,12 @@ DEFAULT_TIMEOUT_S = 300
 
 
 def launch(run_dir: Path, *args: str, nproc: int = 2, timeout_s: float = DEFAULT_TIMEOUT_S) -> LaunchedRun:
-    """torchrun --nproc-per-node N -m trainer.train --run-dir RUN_DIR ARGS (nproc 0: plain python)."""
+    """torchrun --nproc-per-node N -m grpo_doctor_trainer.train --run-dir RUN_DIR ARGS (nproc 0: plain python)."""
     if nproc:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
-               "--master-addr", "127.0.0.1", "--master-port", str(free_port()), "-m", "trainer.train"]
+               "--master-addr", "127.0.0.1", "--master-port", str(free_port()), "-m", "grpo_doctor_trainer.train"]
     else:
-        cmd = [sys.executable, "-m", "trainer.train"]
+        cmd = [sys.executable, "-m", "grpo_doctor_trainer.train"]
     cmd += ["--run-dir", str(run_dir), *args]
     began = time.monotonic()
     result = subprocess.run(cmd, cwd=REPO, env=clean_env(OMP_NUM_THREADS="1"), capture_output=True, text=True,

@@ -1,18 +1,17 @@
-"""Options of `python -m trainer.train`: defaults, one-line usage errors with exit status 2."""
+"""Options of `python -m grpo_doctor_trainer.train`: defaults, one-line usage errors with exit status 2."""
 from __future__ import annotations
 
 import subprocess
 import sys
 
 import pytest
+from grpo_doctor_trainer.config import TrainConfig, UsageError, parse_args
+from grpo_doctor_trainer.inject import Fault
 from helpers import REPO, clean_env
-
-from trainer.config import TrainConfig, UsageError, parse_args
-from trainer.inject import Fault
 
 
 def run_trainer(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "trainer.train", "--no-record", *args], cwd=REPO,
+    return subprocess.run([sys.executable, "-m", "grpo_doctor_trainer.train", "--no-record", *args], cwd=REPO,
                           env=clean_env(), capture_output=True, text=True, timeout=120)
 
 

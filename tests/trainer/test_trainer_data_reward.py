@@ -4,13 +4,12 @@ from __future__ import annotations
 import pytest
 import torch
 from accelerate.data_loader import BatchSamplerShard
+from grpo_doctor_trainer.data import make_problems, rank_slice
+from grpo_doctor_trainer.model import build_char_tokenizer
+from grpo_doctor_trainer.reward import score_completion, score_completions
+from grpo_doctor_trainer.rollout import finish_completions
 from torch.utils.data import BatchSampler
 from trl.trainer.utils import RepeatSampler
-
-from trainer.data import make_problems, rank_slice
-from trainer.model import build_char_tokenizer
-from trainer.reward import score_completion, score_completions
-from trainer.rollout import finish_completions
 
 
 def test_problems_are_the_same_for_the_same_seed_and_step_and_have_correct_answers():

@@ -5,9 +5,15 @@ import math
 
 import pytest
 import torch
-
-from trainer.grpo import group_advantages, grpo_loss, k3_kl, masked_mean, reward_stats, token_logprobs
-from trainer.model import build_char_tokenizer, build_tiny_model
+from grpo_doctor_trainer.grpo import (
+    group_advantages,
+    grpo_loss,
+    k3_kl,
+    masked_mean,
+    reward_stats,
+    token_logprobs,
+)
+from grpo_doctor_trainer.model import build_char_tokenizer, build_tiny_model
 
 
 def test_advantages_are_normalised_within_each_group_of_consecutive_completions():

@@ -3,8 +3,14 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-from trainer.inject import FAULT_KEYS, Fault, Injector, catalogue, check_faults_for_world, parse_fault
+from grpo_doctor_trainer.inject import (
+    FAULT_KEYS,
+    Fault,
+    Injector,
+    catalogue,
+    check_faults_for_world,
+    parse_fault,
+)
 
 
 def test_every_fault_parses_with_its_defaults():

@@ -42,10 +42,10 @@ from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.hang_stacks import hang_captures, main_frames
 from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.analysis.rank_progress import collective_failures, rank_positions
+from grpo_doctor.checks.stack_groups import collective_call
 from grpo_doctor.logs.fr_match import Call, CollectiveMismatch, GroupMatch, match_dumps
 from grpo_doctor.logs.kinds import NCCL_TIMEOUT
-from grpo_doctor.rankset import format_ranks
-from grpo_doctor.stack_groups import collective_call
+from grpo_doctor.schema.ranks import format_ranks
 
 ID = "collective-mismatch"
 

@@ -29,7 +29,7 @@ from grpo_doctor.analysis import remedies
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.logs.kinds import NCCL_TIMEOUT, NCCL_WATCHDOG_STATUS, NCCL_WATCHDOG_STUCK
-from grpo_doctor.rankset import format_ranks
+from grpo_doctor.schema.ranks import format_ranks
 
 ID = "nccl-timeout"
 

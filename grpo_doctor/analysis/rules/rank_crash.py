@@ -27,8 +27,8 @@ from typing import Any
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.analysis.log_crashes import crashes_from_logs
-from grpo_doctor.rankset import format_ranks
 from grpo_doctor.schema import End
+from grpo_doctor.schema.ranks import format_ranks
 
 ID = "rank-crash"
 

@@ -27,7 +27,7 @@ from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.analysis.probe_evidence import probe_findings
 from grpo_doctor.logs.kinds import RENDEZVOUS_FAILURE
-from grpo_doctor.rankset import format_ranks
+from grpo_doctor.schema.ranks import format_ranks
 
 ID = "rendezvous-failure"
 

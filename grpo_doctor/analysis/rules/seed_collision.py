@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.analysis.rollout_tables import cross_rank_overlaps, fingerprinted_ranks, rng_collisions
-from grpo_doctor.rankset import format_ranks
+from grpo_doctor.schema.ranks import format_ranks
 
 ID = "seed-collision"
 

@@ -24,8 +24,6 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grpo_doctor.field_checks import MAX_WORLD_SIZE, sane_world_size, wrong_field
-from grpo_doctor.rankset import format_ranks
 from grpo_doctor.schema import (
     SCHEMA_VERSION,
     BadRecord,
@@ -40,6 +38,8 @@ from grpo_doctor.schema import (
     UnknownRecord,
     record_from_dict,
 )
+from grpo_doctor.schema.field_checks import MAX_WORLD_SIZE, sane_world_size, wrong_field
+from grpo_doctor.schema.ranks import format_ranks
 
 try:  # a dependency, yet optional here: without it lines go through the stdlib json (3x slower)
     from orjson import loads as orjson_loads

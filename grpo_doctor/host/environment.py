@@ -14,7 +14,7 @@ import platform
 import sys
 from importlib import metadata
 
-from grpo_doctor.rank.nvml import Nvml
+from grpo_doctor.host.nvml import Nvml
 
 # Launch settings that must agree across nodes (case 1 in CASES.md), recorded where set.
 LAUNCH_VARIABLES = (

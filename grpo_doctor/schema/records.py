@@ -1,7 +1,7 @@
 """The records of a run's event log and the layout of a run directory, defined once.
 
 Every process of a job appends records to its own JSON-lines file under `ranks/`; the
-supervisor and the analyser read them back with `grpo_doctor.eventlog`. A record is a frozen
+supervisor and the analyser read them back with `grpo_doctor.runlog.eventlog`. A record is a frozen
 dataclass; on disk it is one JSON object per line with the common fields first.
 
 Typical use:
@@ -23,10 +23,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import re
 from dataclasses import dataclass, field
 from enum import Enum
-from pathlib import Path
 from typing import Any, ClassVar
 
 SCHEMA_VERSION = 1
@@ -344,52 +342,3 @@ def _required_names(cls: type) -> frozenset[str]:
         for f in dataclasses.fields(cls)
         if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
     )
-
-
-@dataclass(frozen=True)
-class RunPaths:
-    """Where things live inside one run directory."""
-
-    root: Path
-
-    @property
-    def run_json(self) -> Path:
-        return self.root / "run.json"
-
-    @property
-    def ranks(self) -> Path:
-        return self.root / "ranks"
-
-    @property
-    def memory(self) -> Path:
-        return self.root / "memory"
-
-    @property
-    def stacks(self) -> Path:
-        return self.root / "stacks"
-
-    @property
-    def flight_recorder(self) -> Path:
-        return self.root / "fr"
-
-    @property
-    def supervisor(self) -> Path:
-        return self.root / "supervisor"
-
-    def supervisor_host(self, host: str) -> Path:
-        """supervisor/<host>/, the host name made safe as one path component (see host_dir_name)."""
-        return self.supervisor / host_dir_name(host)
-
-    def rank_file(self, rank: int) -> Path:
-        return self.ranks / f"rank-{rank:05d}.jsonl"
-
-
-_UNSAFE_IN_NAME = re.compile(r"[^A-Za-z0-9._-]")
-
-
-def host_dir_name(host: str) -> str:
-    """A host name as one safe path component: characters other than letters, digits, '.', '_' and
-    '-' become '_' (a '/' in a host name must not write outside the run directory), and '', '.'
-    and '..' become '_'."""
-    name = _UNSAFE_IN_NAME.sub("_", host)[:255]
-    return "_" if name in ("", ".", "..") else name

@@ -32,8 +32,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from grpo_doctor.rankset import format_ranks  # noqa: F401  (re-exported)
-from grpo_doctor.stackdata import Frame, StackCapture, ThreadStack, display_path
+from grpo_doctor.schema.ranks import format_ranks  # noqa: F401  (re-exported)
+from grpo_doctor.schema.stacks import Frame, StackCapture, ThreadStack, display_path
 
 # Whole-name tokens that only collectives use; matched anywhere in a function name.
 _COLLECTIVE_TOKENS = (

@@ -21,7 +21,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from grpo_doctor.rankset import format_ranks
+from grpo_doctor.schema.ranks import format_ranks
 
 SAMPLING_GENERATORS = ("sampling_seed", "torch_cuda", "torch_cpu")  # what sampling draws from, most specific first
 GENERATORS = (*SAMPLING_GENERATORS, "numpy", "python")

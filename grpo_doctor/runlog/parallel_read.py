@@ -22,7 +22,7 @@ import threading
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from grpo_doctor.analysis.rank_tables import TabledRankLog, read_rank_tables
+from grpo_doctor.runlog.rank_tables import TabledRankLog, read_rank_tables
 
 # Below this many bytes of rank files, the files are read here (workers start in about 0.1 s; a
 # worker reads about 50 MB/s).

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 from pathlib import Path
 
-from grpo_doctor.analysis.columns import Codes, Column, FloatsWithNone, compact, may_be_long_int
-from grpo_doctor.eventlog import (
+from grpo_doctor.runlog.columns import Codes, Column, FloatsWithNone, compact, may_be_long_int
+from grpo_doctor.runlog.eventlog import (
     RANK_FILE_PATTERN,
     RankLog,
     checked_record,
@@ -35,7 +35,6 @@ from grpo_doctor.eventlog import (
     read_rank_file,
     record_time,
 )
-from grpo_doctor.field_checks import checker_of
 from grpo_doctor.schema import (
     BadRecord,
     Header,
@@ -48,6 +47,7 @@ from grpo_doctor.schema import (
     check_when,
     field_order,
 )
+from grpo_doctor.schema.field_checks import checker_of
 
 # Per rank file; the loader adds rank and host. Open phases (no end yet) come last, end_t None.
 PHASE_FIELDS = ("step", "phase", "path", "begin_t", "end_t", "duration_s", "error")

@@ -1,0 +1,40 @@
+"""The schema layer, the floor every other part stands on (stdlib only): what is written to disk by
+one part and read back by another, and where in a run directory it lives.
+
+- `records`: the records of a rank's event log (header, phases, steps, memory, rollouts, ...)
+- `run_paths`: `RunPaths`, the name of every file of a run directory
+- `stacks`: Python stacks as py-spy shows them (live captures and stacks parsed from logs)
+- `field_checks`: bounds on what a record read back may hold
+- `ranks`: rank lists as people write them ("0-3,5")
+
+Typical use:
+    from grpo_doctor.schema import PhaseBegin, RunPaths, record_from_dict
+"""
+from grpo_doctor.schema.records import (  # noqa: F401  (the record types are the schema's face)
+    DEFAULT_RUNS_ROOT,
+    NON_FINITE,
+    RECORD_TYPES,
+    RUN_DIR_ENV,
+    SCHEMA_VERSION,
+    BadRecord,
+    End,
+    EndReason,
+    Error,
+    Header,
+    Memory,
+    PhaseBegin,
+    PhaseEnd,
+    Record,
+    RecordKind,
+    Rng,
+    Rollout,
+    Step,
+    UnknownRecord,
+    check_when,
+    encode_values,
+    field_order,
+    record_from_dict,
+    restore_non_finite,
+)
+from grpo_doctor.schema.run_paths import RunPaths, host_dir_name  # noqa: F401
+
