@@ -38,6 +38,7 @@ from grpo_doctor.schema import (
     UnknownRecord,
     record_from_dict,
 )
+from grpo_doctor.schema.errors import DoctorError
 from grpo_doctor.schema.field_checks import MAX_WORLD_SIZE, sane_world_size, wrong_field
 from grpo_doctor.schema.ranks import format_ranks
 
@@ -56,7 +57,7 @@ _DIGITS_AND_POINTS = bytes(48 if 48 <= c <= 57 else c if c == 46 else 32 for c i
 _LONG_DIGIT_RUN = b"0" * 19
 
 
-class RunDirError(Exception):
+class RunDirError(DoctorError):
     """A path given to the reader is not a run directory; carries a hint for the user."""
 
     def __init__(self, message: str, hint: str):
@@ -81,6 +82,7 @@ class RankLog:
     first_bad_line: int | None = None
     first_bad_reason: str | None = None  # what was wrong with the first bad line, when known
     truncated_tail: bool = False  # the last line had no newline: the process died mid-write
+    sampled: bool = False  # only part of a big file was read (window.py): line numbers are byte offsets + 1
     pids: set[int] = field(default_factory=set)
     _index: _RecordIndex | None = field(default=None, init=False, repr=False, compare=False)
 
@@ -482,9 +484,8 @@ def _merge(run: RunLog, log: RankLog) -> None:
     if log.num_bad_lines:
         how = " (the last line is truncated: the process died while writing)" if log.truncated_tail else ""
         why = f" ({log.first_bad_reason})" if log.first_bad_reason else ""
-        run.warnings.append(
-            f"{where}: skipped {log.num_bad_lines} unreadable line(s), first at line {log.first_bad_line}{why}{how}"
-        )
+        at = f"byte {log.first_bad_line - 1}" if log.sampled else f"line {log.first_bad_line}"
+        run.warnings.append(f"{where}: skipped {log.num_bad_lines} unreadable line(s), first at {at}{why}{how}")
     if log.last_record is None:
         run.warnings.append(f"{where}: no readable records")
         return

@@ -15,6 +15,7 @@ Typical use:
 """
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import os
 import sys
@@ -23,27 +24,32 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from grpo_doctor.runlog.rank_tables import TabledRankLog, read_rank_tables
+from grpo_doctor.runlog.window import RUN_BUDGET_BYTES, file_budget_bytes
 
 # Below this many bytes of rank files, the files are read here (workers start in about 0.1 s; a
 # worker reads about 50 MB/s).
 MIN_PARALLEL_BYTES = 16 * 1024 * 1024
 
 
-def read_rank_files(files: list[Path]) -> list[TabledRankLog | OSError]:
-    """Each file's log, or the OSError that reading it raised, in the order given."""
+def read_rank_files(files: list[Path], run_budget_bytes: int | None = RUN_BUDGET_BYTES
+                    ) -> list[TabledRankLog | OSError]:
+    """Each file's log, or the OSError that reading it raised, in the order given. The run's read
+    budget is shared by its files (window.py); None reads every line of every file."""
+    budget = None if run_budget_bytes is None else file_budget_bytes(len(files), run_budget_bytes)
+    read = functools.partial(_read, budget_bytes=budget)
     num_workers = min(len(files), os.cpu_count() or 1)
     if num_workers < 2 or _total_bytes(files) < MIN_PARALLEL_BYTES or not _can_fork():
-        return [_read(path) for path in files]
+        return [read(path) for path in files]
     try:
         with ProcessPoolExecutor(num_workers, mp_context=multiprocessing.get_context("fork")) as pool:
-            return list(pool.map(_read, files))
+            return list(pool.map(read, files))
     except OSError:  # no process to be had (fork failed: a limit on processes or memory); a file's own
-        return [_read(path) for path in files]  # OSError comes back as a value, never raised here
+        return [read(path) for path in files]  # OSError comes back as a value, never raised here
 
 
-def _read(path: Path) -> TabledRankLog | OSError:
+def _read(path: Path, budget_bytes: int | None) -> TabledRankLog | OSError:
     try:
-        return read_rank_tables(path)
+        return read_rank_tables(path, budget_bytes=budget_bytes)
     except OSError as exc:
         return exc
 

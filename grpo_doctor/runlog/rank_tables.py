@@ -23,6 +23,7 @@ from pathlib import Path
 
 from grpo_doctor.runlog.columns import Codes, Column, FloatsWithNone, compact, may_be_long_int
 from grpo_doctor.runlog.eventlog import (
+    MAX_LINE_BYTES,
     RANK_FILE_PATTERN,
     RankLog,
     checked_record,
@@ -47,6 +48,7 @@ from grpo_doctor.schema import (
     check_when,
     field_order,
 )
+from grpo_doctor.runlog.window import REGION_BREAK, ReadPlan, plan_read, region_lines, restart_regions
 from grpo_doctor.schema.field_checks import checker_of
 
 # Per rank file; the loader adds rank and host. Open phases (no end yet) come last, end_t None.
@@ -88,6 +90,7 @@ class TabledRankLog(RankLog):
     final_open_path: str | None = None
     final_record: Record | UnknownRecord | None = None
     first_host: str | None = None  # of the first record in the file; looked for only without a header
+    read_plan: ReadPlan | None = None  # the bytes read (window.py); None or whole: every line
 
     @property
     def open_path(self) -> str | None:
@@ -118,7 +121,8 @@ class TabledRankLog(RankLog):
         self.num_bad_lines, self.pids = bad_lines, pids
 
 
-def read_rank_tables(path: str | Path, exact: bool = False, strict: bool = False) -> TabledRankLog:
+def read_rank_tables(path: str | Path, exact: bool = False, strict: bool = False,
+                     budget_bytes: int | None = None, plan: ReadPlan | None = None) -> TabledRankLog:
     """`read_rank_file`, with phase and memory records put into columns (see the module doc).
 
     Lines are decoded by orjson, which reads an integer beyond 64 bits as a float: only the lines
@@ -127,18 +131,36 @@ def read_rank_tables(path: str | Path, exact: bool = False, strict: bool = False
     tabled values' types (see field_checks) are checked once per column, not per line: a file
     with a value of the wrong type is read again `strict`, every line as a record, so that the
     line holding it is a bad line as `read_rank_file` would count it.
+
+    A file larger than `budget_bytes` is read by window (window.py): its head, samples of its middle
+    and its last part; line numbers are then byte offsets + 1 (`RankLog.sampled`).
     """
     path = Path(path)
+    if plan is None:
+        plan = plan_read(path.stat().st_size, budget_bytes)
     match = RANK_FILE_PATTERN.search(path.name)
-    log = TabledRankLog(rank=int(match.group(1)) if match else -1, path=path, sources=[path])
+    log = TabledRankLog(rank=int(match.group(1)) if match else -1, path=path, sources=[path], read_plan=plan,
+                        sampled=not plan.whole)
+    lines = lines_of if plan.whole else lambda p: region_lines(p, plan, MAX_LINE_BYTES)
     with paused_gc():
-        _tabulate(log, lines_of(path), exact, strict)
+        _tabulate(log, lines(path), exact, strict)
         _set_first(log, lines_of(path))
     if not exact and _lost_long_int(log):
-        return read_rank_tables(path, exact=True, strict=strict)
+        return read_rank_tables(path, exact=True, strict=strict, plan=plan)
     if not strict and not _tabled_types_hold(log):
-        return read_rank_tables(path, exact=exact, strict=True)
+        return read_rank_tables(path, exact=exact, strict=True, plan=plan)
+    if not plan.whole and _restart_unread(log):
+        wider = plan.with_regions(restart_regions(path, plan))
+        if wider != plan:
+            return read_rank_tables(path, exact=exact, strict=strict, plan=wider)
     return log
+
+
+def _restart_unread(log: TabledRankLog) -> bool:
+    """Whether the last record read was written by a process no read header names: a restart whose
+    header lies in the unread middle."""
+    final = log.final_record
+    return isinstance(final, Record) and final.pid not in {h.pid for h in log.headers}
 
 
 def _tabulate(log: TabledRankLog, lines: Iterable[tuple[int, bytes, bool]], exact: bool,
@@ -159,6 +181,9 @@ def _tabulate(log: TabledRankLog, lines: Iterable[tuple[int, bytes, bool]], exac
         wire_keys = {}
     last = None  # the last line read
     for line_number, line, complete in lines:
+        if line is REGION_BREAK:  # the lines between regions were not read: what was open may have closed
+            begins.clear()
+            continue
         try:
             try:
                 data = loads(line)

@@ -1,0 +1,199 @@
+"""Which bytes of a big rank file the report reads: the head and the latest part in full, the middle sampled.
+
+A week of GRPO on 1,024 GPUs writes about 160 M records (40 GB): reading every line cannot answer
+in minutes, and the report does not show every old record in full detail. So the run gets a read
+budget (`RUN_BUDGET_BYTES`, shared by its rank files, never under `MIN_FILE_BUDGET_BYTES` a file).
+A file within its share is read whole, exactly as before. A larger one is read as regions:
+  - its head (the header, the first steps),
+  - its last part, about 60 % of the share: the steps a hang, crash or straggler shows in, in full,
+  - evenly spaced blocks of the middle (the rest of the share): a sample of the old steps' metrics,
+    phases and memory, so trends over the whole run still draw, at a lower resolution.
+Everything a rank writes at the end of an attempt (its error, its end record) is in the last part,
+or, for an attempt that a restart ended in the middle, in the window around the restart's header,
+which `restart_regions` adds when the pids read show a restart that no read header explains.
+
+The cost therefore grows with the budget and the number of ranks, not with the history. The reader
+(rank_tables.py) pairs phases only inside a region: `REGION_BREAK` between regions clears the
+phases open so far, as the middle's unread lines may have closed them.
+
+Typical use:
+    plan = plan_read(path.stat().st_size, budget_bytes=8 * 2**20)
+    for offset, line, complete in region_lines(path, plan):   # REGION_BREAK between regions
+        ...
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+# The whole run's budget: about 1.8 M records of detail. At 64 ranks x 2,000 steps (7.5 MB a file)
+# every file is read whole; past about 256 MB of rank files the files are read by window.
+RUN_BUDGET_BYTES = 256 * 2**20
+# A file's share never goes below this (about 1,200 steps of 16 records): the latest steps of every
+# rank in full, whatever the number of ranks.
+MIN_FILE_BUDGET_BYTES = 2 * 2**20
+HEAD_BYTES = 256 * 1024
+TAIL_SHARE = 0.6
+SAMPLE_BLOCK_BYTES = 64 * 1024
+# Around a restart found in the middle: the end of the attempt before it (its error, its end record).
+RESTART_WINDOW_BYTES = 256 * 1024
+READ_BLOCK_BYTES = 256 * 1024
+# Between regions in `region_lines`' output; compared by identity, never a line of a file.
+REGION_BREAK = bytes(bytearray(b"\0region-break"))
+
+
+@dataclass(frozen=True)
+class ReadPlan:
+    """Byte ranges [start, end) of a file to read, in order and apart; a range is widened to whole
+    lines when read."""
+
+    size_bytes: int
+    regions: tuple[tuple[int, int], ...]
+
+    @property
+    def whole(self) -> bool:
+        return self.regions == ((0, self.size_bytes),)
+
+    @property
+    def planned_bytes(self) -> int:
+        return sum(end - start for start, end in self.regions)
+
+    def with_regions(self, extra: list[tuple[int, int]]) -> ReadPlan:
+        return ReadPlan(self.size_bytes, _merged([*self.regions, *extra], self.size_bytes))
+
+
+def file_budget_bytes(num_files: int, run_budget_bytes: int = RUN_BUDGET_BYTES) -> int:
+    return max(MIN_FILE_BUDGET_BYTES, run_budget_bytes // max(num_files, 1))
+
+
+def plan_read(size_bytes: int, budget_bytes: int | None) -> ReadPlan:
+    """The whole file when it fits `budget_bytes` (or there is no budget), else head, samples, tail."""
+    if budget_bytes is None or size_bytes <= budget_bytes:
+        return ReadPlan(size_bytes, ((0, size_bytes),))
+    tail_bytes = int(budget_bytes * TAIL_SHARE)
+    tail_start = size_bytes - tail_bytes
+    regions = [(0, HEAD_BYTES), (tail_start, size_bytes)]
+    num_samples = max(0, (budget_bytes - tail_bytes - HEAD_BYTES) // SAMPLE_BLOCK_BYTES)
+    middle = tail_start - HEAD_BYTES
+    for i in range(num_samples):
+        start = HEAD_BYTES + (i + 1) * middle // (num_samples + 1) - SAMPLE_BLOCK_BYTES // 2
+        regions.append((start, start + SAMPLE_BLOCK_BYTES))
+    return ReadPlan(size_bytes, _merged(regions, size_bytes))
+
+
+def _merged(regions: list[tuple[int, int]], size_bytes: int) -> tuple[tuple[int, int], ...]:
+    out: list[list[int]] = []
+    for start, end in sorted((max(0, s), min(size_bytes, e)) for s, e in regions):
+        if end <= start:
+            continue
+        if out and start <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], end)
+        else:
+            out.append([start, end])
+    return tuple((s, e) for s, e in out)
+
+
+def region_lines(path: Path, plan: ReadPlan, max_line_bytes: int) -> Iterator[tuple[int, bytes, bool]]:
+    """(byte offset of the line + 1, line without its newline, ended with a newline) for the lines
+    of each region, `REGION_BREAK` between regions. A region starting inside a line begins after
+    it; one ending inside a line finishes it. Blank lines are skipped, an overlong one is yielded
+    empty, as `eventlog.lines_of` does."""
+    with path.open("rb") as f:
+        done = 0  # where the previous region's last line ended
+        for number, (start, end) in enumerate(plan.regions):
+            if end <= done:
+                continue
+            start = max(start, done)
+            if number:
+                yield 0, REGION_BREAK, True
+            f.seek(max(0, start - 1))
+            if start > 0 and f.read(1) != b"\n":  # inside a line: skip to its end
+                start += len(_through_newline(f, max_line_bytes))
+            f.seek(start)
+            done = yield from _lines_between(f, start, end, max_line_bytes)
+
+
+def _through_newline(f, limit: int) -> bytes:
+    """The bytes up to and including the next newline (all of them up to `limit`)."""
+    out = bytearray()
+    while len(out) < limit and (block := f.read(READ_BLOCK_BYTES)):
+        newline = block.find(b"\n")
+        if newline >= 0:
+            out += block[:newline + 1]
+            return bytes(out)
+        out += block
+    return bytes(out)
+
+
+def _lines_between(f, start: int, end: int, max_line_bytes: int) -> Iterator[tuple[int, bytes, bool]]:
+    """The lines starting in [start, end), each to its newline; returns where the last one ended."""
+    offset = line_start = start  # offset: bytes read so far; line_start: where `tail` begins
+    tail = b""
+    while offset < end:
+        block = f.read(min(READ_BLOCK_BYTES, end - offset))
+        if not block:
+            break
+        offset += len(block)
+        lines = (tail + block).split(b"\n")
+        tail = lines.pop()
+        for line in lines:
+            if line and not line.isspace():
+                yield line_start + 1, (b"" if len(line) >= max_line_bytes else line), True
+            line_start += len(line) + 1
+        if len(tail) >= max_line_bytes:  # garbage without newlines: one bad line, skipped to its end
+            yield line_start + 1, b"", True
+            rest = _through_newline(f, 2**62)
+            offset += len(rest)
+            line_start, tail = offset, b""
+    if tail:  # the region ended inside a line: finish it
+        rest = _through_newline(f, max_line_bytes)
+        line = tail + rest.rstrip(b"\n")
+        if not line.isspace():
+            yield line_start + 1, (b"" if len(line) >= max_line_bytes else line), rest.endswith(b"\n")
+        offset += len(rest)
+    return offset
+
+
+_HEADER_KIND = b'"kind":"header"'
+
+
+def last_header_offset(path: Path, before: int) -> int | None:
+    """Where the last header line before `before` starts, searched backwards (a restart's header in
+    the unread middle); None when there is none."""
+    with path.open("rb") as f:
+        end = before
+        while end > 0:
+            start = max(0, end - 8 * READ_BLOCK_BYTES)
+            f.seek(start)
+            block = f.read(end - start + len(_HEADER_KIND))
+            at = block.rfind(_HEADER_KIND)
+            if at >= 0:
+                line_start = block.rfind(b"\n", 0, at)
+                if line_start >= 0 or start == 0:
+                    return start + line_start + 1
+                end = start + at  # the line starts in an earlier block: look there for its newline
+                continue
+            end = start
+    return None
+
+
+def restart_regions(path: Path, plan: ReadPlan) -> list[tuple[int, int]]:
+    """The window around the last header in the middle of the file (see the module doc)."""
+    tail_start = plan.regions[-1][0]
+    at = last_header_offset(path, tail_start)
+    if at is None or at < HEAD_BYTES:
+        return []
+    return [(at - RESTART_WINDOW_BYTES, at + RESTART_WINDOW_BYTES)]
+
+
+def sampled_files_warning(run) -> list[str]:
+    """One line for all the rank files read by window (a `RunLog`'s), none when every line was read."""
+    sampled = [log for log in run.ranks.values() if log.sampled]
+    if not sampled:
+        return []
+    total = sum(log.read_plan.size_bytes for log in sampled)
+    read = sum(log.read_plan.planned_bytes for log in sampled)
+    return [f"{len(sampled)} rank file(s), {total / 2**20:,.0f} MB, are larger than their share of the read budget: "
+            f"read by window, {read / 2**20:,.0f} MB (the head, the latest steps in full, samples of the middle); "
+            "older steps are shown at a lower resolution. Pass --full-read to read every line"]
