@@ -23,6 +23,7 @@ Typical use:
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -155,7 +156,9 @@ def _lines_between(f, start: int, end: int, max_line_bytes: int) -> Iterator[tup
     return offset
 
 
-_HEADER_KIND = b'"kind":"header"'
+# As the sink writes it, and as a JSON writer with spaces would.
+_HEADER_KIND = re.compile(rb'"kind":\s*"header"')
+_HEADER_KIND_MAX_BYTES = 32
 
 
 def last_header_offset(path: Path, before: int) -> int | None:
@@ -166,8 +169,8 @@ def last_header_offset(path: Path, before: int) -> int | None:
         while end > 0:
             start = max(0, end - 8 * READ_BLOCK_BYTES)
             f.seek(start)
-            block = f.read(end - start + len(_HEADER_KIND))
-            at = block.rfind(_HEADER_KIND)
+            block = f.read(end - start + _HEADER_KIND_MAX_BYTES)
+            at = max((m.start() for m in _HEADER_KIND.finditer(block)), default=-1)
             if at >= 0:
                 line_start = block.rfind(b"\n", 0, at)
                 if line_start >= 0 or start == 0:
