@@ -36,6 +36,7 @@ from grpo_doctor.runlog.eventlog import (
     read_rank_file,
     record_time,
 )
+from grpo_doctor.runlog.window import REGION_BREAK, ReadPlan, plan_read, region_lines, restart_regions
 from grpo_doctor.schema import (
     BadRecord,
     Header,
@@ -48,7 +49,6 @@ from grpo_doctor.schema import (
     check_when,
     field_order,
 )
-from grpo_doctor.runlog.window import REGION_BREAK, ReadPlan, plan_read, region_lines, restart_regions
 from grpo_doctor.schema.field_checks import checker_of
 
 # Per rank file; the loader adds rank and host. Open phases (no end yet) come last, end_t None.

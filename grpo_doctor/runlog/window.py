@@ -28,15 +28,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-# The whole run's budget: about 1.8 M records of detail. At 64 ranks x 2,000 steps (7.5 MB a file)
-# every file is read whole; past about 256 MB of rank files the files are read by window.
-RUN_BUDGET_BYTES = 256 * 2**20
-# A file's share never goes below this (about 1,200 steps of 16 records): the latest steps of every
-# rank in full, whatever the number of ranks.
-MIN_FILE_BUDGET_BYTES = 2 * 2**20
-HEAD_BYTES = 256 * 1024
+# The whole run's budget, about 400 k records of detail: what the report shows (the latest steps of
+# every rank, trends over the run) fits in it; at 32 ranks a file gets 2 MB (about 600 steps in
+# full), at 64 ranks 1 MB.
+RUN_BUDGET_BYTES = 64 * 2**20
+# A file's share never goes below this (the latest ~90 steps of 16 records in full, whatever the
+# number of ranks): at 1,024 ranks the run reads 512 MB.
+MIN_FILE_BUDGET_BYTES = 512 * 1024
+HEAD_BYTES = 64 * 1024
 TAIL_SHARE = 0.6
-SAMPLE_BLOCK_BYTES = 64 * 1024
+SAMPLE_BLOCK_BYTES = 16 * 1024
 # Around a restart found in the middle: the end of the attempt before it (its error, its end record).
 RESTART_WINDOW_BYTES = 256 * 1024
 READ_BLOCK_BYTES = 256 * 1024

@@ -17,23 +17,19 @@ Typical use:
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from grpo_doctor.runlog.eventlog import advance_open_phases
+from grpo_doctor.runlog.tail import RankFileTail
 from grpo_doctor.schema import (
-    BadRecord,
     End,
     Error,
     Header,
     Record,
     RunPaths,
     Step,
-    record_from_dict,
 )
-
-MAX_LINE_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -93,65 +89,31 @@ class RankProgress:
             self.stack = [record.open_path] if record.open_path else []
 
 
-class _Tail:
-    """Reads complete new lines of one growing file; a partial last line waits for its newline."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.offset = 0
-        self.partial = b""
-
-    def read_lines(self) -> list[bytes]:
-        try:
-            with self.path.open("rb") as f:
-                f.seek(self.offset)
-                data = f.read(64 * MAX_LINE_BYTES)
-        except OSError:
-            return []
-        self.offset += len(data)
-        data = self.partial + data
-        lines = data.split(b"\n")
-        self.partial = lines.pop()
-        if len(self.partial) > MAX_LINE_BYTES:
-            self.partial = b""  # garbage without newlines: drop, the reader counts such lines later
-        return lines
-
-
 class ProgressTracker:
     def __init__(self, paths: RunPaths, policy: HangPolicy) -> None:
         self.paths = paths
         self.policy = policy
         self.ranks: dict[int, RankProgress] = {}
-        self._tails: dict[Path, _Tail] = {}
-        self.num_bad_lines = 0
+        self._tails: dict[Path, RankFileTail] = {}
+        self._num_bad_records = 0  # decoded, but with a field apply() cannot use
 
     def poll(self, now_mono: float) -> list[Record]:
         """Read new records of every rank file; returns them."""
         new: list[Record] = []
-        if self.paths.ranks.is_dir():
-            for path in self.paths.ranks.glob("rank-*.jsonl"):
-                tail = self._tails.setdefault(path, _Tail(path))
-                for line in tail.read_lines():
-                    record = self._parse(line)
-                    if record is None:
-                        continue
-                    try:
-                        self.ranks.setdefault(record.rank, RankProgress(record.rank)).apply(record, now_mono)
-                    except (TypeError, ValueError, AttributeError):  # a field of the wrong type
-                        self.num_bad_lines += 1
-                        continue
-                    new.append(record)
+        for path in self.paths.rank_files():
+            tail = self._tails.setdefault(path, RankFileTail(path))
+            for record in tail.read_records():
+                try:
+                    self.ranks.setdefault(record.rank, RankProgress(record.rank)).apply(record, now_mono)
+                except (TypeError, ValueError, AttributeError):  # a field of the wrong type
+                    self._num_bad_records += 1
+                    continue
+                new.append(record)
         return new
 
-    def _parse(self, line: bytes) -> Record | None:
-        if not line.strip():
-            return None
-        try:
-            record = record_from_dict(json.loads(line))
-        except (ValueError, TypeError, BadRecord):
-            self.num_bad_lines += 1
-            return None
-        return record if isinstance(record, Record) else None
+    @property
+    def num_bad_lines(self) -> int:
+        return self._num_bad_records + sum(tail.num_bad_lines for tail in self._tails.values())
 
     def timeout_s(self, progress: RankProgress) -> float:
         key = progress.open_path or ""
