@@ -31,11 +31,12 @@ Typical use:
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import stat
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,28 +45,31 @@ import pandas as pd
 from grpo_doctor.analysis import metric_logs as framework_logs
 from grpo_doctor.analysis import rollout_tables
 from grpo_doctor.analysis.clock import describe_offsets, host_offsets, shift_times
+from grpo_doctor.analysis.column_frames import joined
 from grpo_doctor.analysis.console_metrics import read_console_metrics
 from grpo_doctor.analysis.metric_files import read_metric_files
 from grpo_doctor.analysis.probe_evidence import ProbeEvidence, load_probe, probe_files
 from grpo_doctor.analysis.signature_rows import SignatureRows, file_signatures
-from grpo_doctor.analysis.watch_files import hang_problem, summary_problem
+from grpo_doctor.analysis.watch_files import read_watch_dir
 from grpo_doctor.logs.flight_recorder import FlightDump, FlightDumpError, is_flight_dump, read_flight_dump
 from grpo_doctor.logs.signatures import Signature
-from grpo_doctor.runlog.columns import Column, joined, repeated
+from grpo_doctor.runlog.columns import Column, repeated
+from grpo_doctor.runlog.decode import paused_gc
 from grpo_doctor.runlog.eventlog import (
     RANK_FILE_GLOB,
     RunDirError,
-    RunLog,
-    lines_of,
     load_run,
-    paused_gc,
     regular_files,
     special_file_kind,
 )
+from grpo_doctor.runlog.lines import lines_of
 from grpo_doctor.runlog.parallel_read import read_rank_files
-from grpo_doctor.runlog.rank_tables import TabledRankLog
+from grpo_doctor.runlog.rank_log import RankLog, RunLog
+from grpo_doctor.runlog.window import RUN_BUDGET_BYTES, sampled_files_warning
 from grpo_doctor.schema import Error, Header, Rng, Rollout, RunPaths, Step
 from grpo_doctor.schema.field_checks import MAX_WORLD_SIZE, within_depth
+from grpo_doctor.schema.run_paths import WatchPaths
+from grpo_doctor.schema.watch_files import HangReport, WatchSummary
 
 PHASE_COLUMNS = ["rank", "host", "step", "phase", "path", "begin_t", "end_t", "duration_s", "error"]
 STEP_COLUMNS = ["rank", "host", "step", "t", "source"]
@@ -74,8 +78,6 @@ SIGNATURE_COLUMNS = ["kind", "rank", "host", "source", "line_number", "text", "f
 MEMORY_COLUMNS = ["rank", "host", "step", "t", "tag", "host_rss_bytes", "device", "allocated_bytes", "reserved_bytes",
                   "peak_allocated_bytes", "inactive_split_bytes", "free_bytes", "total_bytes"]
 SAMPLE_COLUMNS = ["host", "kind", "t"]
-# watch writes a summary or hang report of a few hundred KB at most; a larger one is not read whole.
-MAX_WATCH_JSON_BYTES = 64 * 2**20
 # watch samples every few seconds: a week of a 64-GPU node is a few million rows; past this, rows are dropped.
 MAX_SAMPLE_ROWS = 2_000_000
 
@@ -94,8 +96,8 @@ class Evidence:
 
     paths: list[Path]
     run: RunLog | None = None
-    hangs: list[dict[str, Any]] = field(default_factory=list)  # hang-N.json contents, plus "file"
-    summaries: dict[str, dict[str, Any]] = field(default_factory=dict)  # host -> summary.json
+    hangs: list[HangReport] = field(default_factory=list)  # every host's hang-N.json, in order
+    summaries: dict[str, WatchSummary] = field(default_factory=dict)  # host -> summary.json
     signature_rows: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     phases: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=PHASE_COLUMNS))
@@ -135,12 +137,14 @@ class Evidence:
             if self.run.world_size:
                 ranks |= set(range(self.run.world_size))
         for summary in self.summaries.values():
-            ranks |= {int(r) for r in summary.get("ranks") or {}}
+            ranks |= set(summary.ranks)
         ranks |= {row["rank"] for row in self.signature_rows if type(row["rank"]) is int}
         return {r for r in ranks if 0 <= r < MAX_WORLD_SIZE}
 
 
-def load_evidence(paths: Sequence[str | Path]) -> Evidence:
+def load_evidence(paths: Sequence[str | Path], read_budget_bytes: int | None = RUN_BUDGET_BYTES) -> Evidence:
+    """Everything the paths hold (see the module doc). Rank files beyond their share of the read
+    budget are read by window (runlog/window.py), said in a warning; None reads every line."""
     if not paths:
         raise EvidenceError("no path given", "pass a run directory, or log files of a run that was not instrumented")
     ev = Evidence(paths=[Path(p) for p in paths])
@@ -181,10 +185,11 @@ def load_evidence(paths: Sequence[str | Path]) -> Evidence:
     with paused_gc():
         if rank_sources:
             try:
-                ev.run = load_run(rank_sources, read_files=read_rank_files)
+                read = functools.partial(read_rank_files, run_budget_bytes=read_budget_bytes)
+                ev.run = load_run(rank_sources, read_files=read)
             except RunDirError as exc:
                 raise EvidenceError(str(exc), exc.hint) from None
-            ev.warnings += ev.run.warnings
+            ev.warnings += ev.run.warnings + sampled_files_warning(ev.run)
         _build_tables(ev)
     ev.probe = load_probe(ev.paths, ev.warnings)
     return ev
@@ -277,21 +282,17 @@ def _load_supervisor(ev: Evidence, supervisor: Path) -> None:
             continue
         files = {p.name: p for p in regular_files([host_dir / n for n in names if not (host_dir / n).is_dir()],
                                                     ev.warnings)}
-        if "summary.json" in files:
-            data = _read_watch_json(ev, files["summary.json"], summary_problem)
-            if data is not None:
-                ev.summaries[host] = data
-        for hang_file in sorted((p for n, p in files.items() if n.startswith("hang-") and n.endswith(".json")),
-                                key=_hang_number):
-            data = _read_watch_json(ev, hang_file, hang_problem)
-            if data is not None:
-                ev.hangs.append({**data, "host": data.get("host") or host, "file": str(hang_file)})
-        if "samples.jsonl" in files:
-            _read_samples(ev, files["samples.jsonl"], host)
-        sig_file = files.get("signatures.jsonl")
+        watch = WatchPaths(host_dir)
+        summary, hangs = read_watch_dir(watch, files, ev.warnings)
+        if summary is not None:
+            ev.summaries[host] = summary
+        ev.hangs += hangs
+        if watch.samples.name in files:
+            _read_samples(ev, files[watch.samples.name], host)
+        sig_file = files.get(watch.signatures.name)
         # watch keeps up to a few samples per (kind, rank) and may leave output unscanned when the job
         # outran it (summary.json says so): then the saved output is scanned here in full.
-        scanned_live = ev.summaries.get(host, {}).get("live_scan_complete", True) is not False
+        scanned_live = summary is None or summary.live_scan_complete
         if sig_file is not None and scanned_live:
             try:
                 _add_signatures(ev, _read_signatures(ev, sig_file), source=str(sig_file), host=host)
@@ -299,37 +300,12 @@ def _load_supervisor(ev: Evidence, supervisor: Path) -> None:
             except OSError as exc:
                 ev.warnings.append(f"{sig_file}: cannot be read ({exc.strerror}); the saved output is scanned instead")
         # watch died before writing its signatures: scan what it saved of the output
-        for name in ("stdout.log", "stderr.log"):
+        for name in (watch.stdout_log.name, watch.stderr_log.name):
             if name in files:
                 try:
                     _add_signatures(ev, file_signatures(files[name]), source=str(files[name]), host=host)
                 except OSError as exc:
                     ev.warnings.append(f"{files[name]}: cannot be read ({exc.strerror}); it was not checked")
-
-
-def _hang_number(path: Path) -> int:
-    digits = path.stem.rpartition("-")[2]
-    return int(digits) if digits.isdigit() else 0
-
-
-def _read_watch_json(ev: Evidence, path: Path, problem_of) -> dict[str, Any] | None:
-    """A summary.json or hang-N.json as watch writes it, else None and one warning naming the problem."""
-    try:
-        if path.stat().st_size > MAX_WATCH_JSON_BYTES:
-            ev.warnings.append(f"{path}: {path.stat().st_size} bytes, more than watch writes; left out")
-            return None
-        data = json.loads(path.read_text(errors="replace"))
-    except RecursionError:
-        ev.warnings.append(f"{path}: cannot be read (JSON nested too deeply); left out")
-        return None
-    except (OSError, ValueError) as exc:
-        ev.warnings.append(f"{path}: cannot be read ({exc}); left out")
-        return None
-    problem = problem_of(data)
-    if problem is not None:
-        ev.warnings.append(f"{path}: not as watch writes it ({problem}); left out")
-        return None
-    return data
 
 
 def _json_lines(ev: Evidence, path: Path) -> Iterable[Any]:
@@ -398,8 +374,8 @@ def _add_signatures(ev: Evidence, signatures: Iterable[Signature], source: str, 
 
 def _build_tables(ev: Evidence) -> None:
     logs = sorted((ev.run.ranks if ev.run else {}).items())
-    ev.phases = _rank_frame(ev, [(rank, log.phase_columns) for rank, log in logs], PHASE_COLUMNS)
-    ev.memory = _rank_frame(ev, [(rank, log.memory_columns) for rank, log in logs], MEMORY_COLUMNS)
+    ev.phases = _rank_frame(ev, [(rank, log.tables.phases) for rank, log in logs], PHASE_COLUMNS)
+    ev.memory = _rank_frame(ev, [(rank, log.tables.memory) for rank, log in logs], MEMORY_COLUMNS)
     errors, rng_records = [], []
     for rank, log in logs:
         host = ev.host_of(rank)
@@ -441,18 +417,18 @@ def _rank_frame(ev: Evidence, rank_columns: list[tuple[int, dict[str, Column]]],
     return pd.DataFrame({name: joined(parts[name]) for name in columns}, columns=columns)
 
 
-def _step_frame(ev: Evidence, logs: list[tuple[int, TabledRankLog]]) -> pd.DataFrame:
+def _step_frame(ev: Evidence, logs: list[tuple[int, RankLog]]) -> pd.DataFrame:
     """rank, host, step, t and one column per metric, as pandas builds it from a dict per step.
 
     From the ranks' step columns where all have the same metrics (a trainer's do); else from one
     dict per Step record, whose columns are the metrics in the order they first occur.
     """
-    with_steps = [(rank, log) for rank, log in logs if log.step_columns is None or len(log.step_columns["step"])]
+    with_steps = [(rank, log) for rank, log in logs if log.tables.steps is None or len(log.tables.steps["step"])]
     if not with_steps:
         return pd.DataFrame(columns=STEP_COLUMNS)
-    names = {tuple(log.step_columns) if log.step_columns is not None else None for _, log in with_steps}
+    names = {tuple(log.tables.steps) if log.tables.steps is not None else None for _, log in with_steps}
     if len(names) == 1 and None not in names:
-        return _rank_frame(ev, [(rank, log.step_columns) for rank, log in with_steps], ["rank", "host", *names.pop()])
+        return _rank_frame(ev, [(rank, log.tables.steps) for rank, log in with_steps], ["rank", "host", *names.pop()])
     return pd.DataFrame([{"rank": rank, "host": ev.host_of(rank), "step": rec.step, "t": rec.t, **rec.metrics}
                          for rank, log in with_steps for rec in log.records if isinstance(rec, Step)])
 
@@ -466,6 +442,5 @@ def _align_clocks(ev: Evidence) -> None:
     ev.phases = shift_times(ev.phases, ev.clock_offsets, ["begin_t", "end_t"])
     for name in ("steps", "errors", "memory", "samples", "rollouts", "rng"):
         setattr(ev, name, shift_times(getattr(ev, name), ev.clock_offsets, ["t"]))
-    for hang in ev.hangs:
-        if hang.get("host") in ev.clock_offsets and isinstance(hang.get("detected_t"), (int, float)):
-            hang["detected_t"] -= ev.clock_offsets[hang["host"]]
+    ev.hangs = [replace(hang, detected_t=hang.detected_t - ev.clock_offsets[hang.host])
+                if hang.host in ev.clock_offsets and hang.detected_t is not None else hang for hang in ev.hangs]

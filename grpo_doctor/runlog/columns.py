@@ -3,21 +3,17 @@
 A rank file's phase rows, read in a worker process, come back to the loader as columns: numpy
 arrays where every value is an int or every value a float (None allowed, as NaN with a mask),
 codes into a list of distinct strings where every value is a str, and the Python list itself
-otherwise (all None, mixed types). `joined` concatenates one column's parts; where the parts are
-not all of one compact kind it hands pandas the Python values, so a table's dtypes are what pandas
-infers from the values, exactly as when the rows were lists.
+otherwise (all None, mixed types). analysis/column_frames.py joins them into pandas tables. numpy
+only: the reader is below the analysis.
 
 Typical use:
     parts = [compact([1.5, None]), compact([3.25])]      # in the workers
-    frame = pd.DataFrame({"t": joined(parts)})          # float64 with NaN, as from [1.5, None, 3.25]
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
@@ -80,6 +76,20 @@ def compact(values: list) -> Column:
     return values
 
 
+def as_list(column: Column) -> list:
+    return column.tolist() if isinstance(column, np.ndarray) else column.to_list() if isinstance(
+        column, Codes | FloatsWithNone) else list(column)
+
+
+def concatenated(first: Column, second: Column) -> Column:
+    """One column after the other, compact again (two files of one rank: rare, so by the values)."""
+    return compact(as_list(first) + as_list(second))
+
+
+def selected(column: Column, keep: list[bool]) -> Column:
+    return compact([value for value, kept in zip(as_list(column), keep, strict=True) if kept])
+
+
 def repeated(value: Any, count: int) -> Column:
     """One value `count` times (a rank's number or host on each of its rows)."""
     if type(value) is str:
@@ -87,29 +97,6 @@ def repeated(value: Any, count: int) -> Column:
     if type(value) is int and INT64_MIN <= value <= INT64_MAX:
         return np.full(count, value, dtype=np.int64)
     return [value] * count
-
-
-def joined(parts: Sequence[Column]) -> np.ndarray | pd.api.extensions.ExtensionArray | list:
-    """One column from its parts, in order, for `pd.DataFrame({name: joined(parts)})`."""
-    parts = [p for p in parts if len(p)]
-    if not parts:
-        return []
-    if all(isinstance(p, np.ndarray) for p in parts) and len({p.dtype for p in parts}) == 1:
-        return np.concatenate(parts)
-    if all(isinstance(p, FloatsWithNone) or isinstance(p, np.ndarray) and p.dtype == np.float64 for p in parts):
-        return np.concatenate([p.values if isinstance(p, FloatsWithNone) else p for p in parts])
-    if all(isinstance(p, Codes) for p in parts):
-        index: dict[str, int] = {}
-        codes = [np.array([index.setdefault(v, len(index)) for v in p.values], dtype=np.int32)[p.codes]
-                 for p in parts]
-        # pandas' own string array for these values (what it infers from a list of them), then one
-        # take: five times faster than pandas reading a million Python strings.
-        strings = pd.DataFrame({"value": list(index)})["value"].array
-        return strings.take(np.concatenate(codes))
-    out: list = []
-    for p in parts:
-        out += p.tolist() if isinstance(p, np.ndarray) else p.to_list() if isinstance(p, Codes | FloatsWithNone) else p
-    return out
 
 
 def may_be_long_int(column: Column) -> bool:

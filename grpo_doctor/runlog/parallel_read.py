@@ -23,7 +23,8 @@ import threading
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from grpo_doctor.runlog.rank_tables import TabledRankLog, read_rank_tables
+from grpo_doctor.runlog.rank_log import RankLog
+from grpo_doctor.runlog.rank_tables import read_rank_tables
 from grpo_doctor.runlog.window import RUN_BUDGET_BYTES, file_budget_bytes
 
 # Below this many bytes of rank files, the files are read here (workers start in about 0.1 s; a
@@ -32,7 +33,7 @@ MIN_PARALLEL_BYTES = 16 * 1024 * 1024
 
 
 def read_rank_files(files: list[Path], run_budget_bytes: int | None = RUN_BUDGET_BYTES
-                    ) -> list[TabledRankLog | OSError]:
+                    ) -> list[RankLog | OSError]:
     """Each file's log, or the OSError that reading it raised, in the order given. The run's read
     budget is shared by its files (window.py); None reads every line of every file."""
     budget = None if run_budget_bytes is None else file_budget_bytes(len(files), run_budget_bytes)
@@ -47,7 +48,7 @@ def read_rank_files(files: list[Path], run_budget_bytes: int | None = RUN_BUDGET
         return [read(path) for path in files]  # OSError comes back as a value, never raised here
 
 
-def _read(path: Path, budget_bytes: int | None) -> TabledRankLog | OSError:
+def _read(path: Path, budget_bytes: int | None) -> RankLog | OSError:
     try:
         return read_rank_tables(path, budget_bytes=budget_bytes)
     except OSError as exc:

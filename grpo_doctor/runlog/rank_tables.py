@@ -4,38 +4,44 @@ A run of 64 ranks x 2,000 steps holds 2 M records, 15 of every 16 a phase begin,
 memory snapshot, and building a frozen dataclass for each costs more than parsing its line. Here
 those three kinds go from the parsed line into columns (phases already paired, begin with end),
 and only the kinds that rules and the report read as objects (header, step, error, end, rollout,
-rng, and kinds this version does not know) become records. The answers `RankLog` would give
-from the records left out (the open phase, the last record, the host of a file without header)
-are kept beside them. Lines are judged exactly as `eventlog.read_rank_file` judges them: the same
-bad lines, the same records, the same warnings.
+rng, and kinds this version does not know) become records. The log holds the columns as
+`log.tables` (`RankTables`), with the answers the records left out would give (the open phase,
+the last record, the host of a file without header), which `RankLog` then gives. Lines are judged
+exactly as `eventlog.read_rank_file` judges them: the same bad lines, the same records, the same
+warnings. A file beyond its read budget is read by window (window.py).
 
 Typical use:
     log = read_rank_tables(Path("runs/job-17/ranks/rank-00003.jsonl"))
-    log.phase_columns["duration_s"], log.open_path, log.last_step   # no phase records in log.records
+    log.tables.phases["duration_s"], log.open_path, log.last_step   # no phase records in log.records
 """
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from operator import itemgetter
 from pathlib import Path
 
-from grpo_doctor.runlog.columns import Codes, Column, FloatsWithNone, compact, may_be_long_int
-from grpo_doctor.runlog.eventlog import (
-    MAX_LINE_BYTES,
-    RANK_FILE_PATTERN,
-    RankLog,
+from grpo_doctor.runlog.columns import (
+    Codes,
+    Column,
+    FloatsWithNone,
+    as_list,
+    compact,
+    concatenated,
+    may_be_long_int,
+    selected,
+)
+from grpo_doctor.runlog.decode import (
     checked_record,
     decode_line,
     json_loads_line,
-    lines_of,
     may_hold_long_int,
     orjson_loads,
     paused_gc,
-    read_rank_file,
-    record_time,
 )
+from grpo_doctor.runlog.eventlog import RANK_FILE_PATTERN
+from grpo_doctor.runlog.lines import MAX_LINE_BYTES, lines_of
+from grpo_doctor.runlog.rank_log import RankLog
 from grpo_doctor.runlog.window import REGION_BREAK, ReadPlan, plan_read, region_lines, restart_regions
 from grpo_doctor.schema import (
     BadRecord,
@@ -74,55 +80,34 @@ _end_values = itemgetter("phase", "path", "t", "duration_s", "error")
 
 
 @dataclass
-class TabledRankLog(RankLog):
-    """A `RankLog` whose phase begins, phase ends and memory snapshots are in columns, not `records`.
+class RankTables:
+    """One rank's phase begins, phase ends and memory snapshots in columns, held by its `RankLog`
+    (`log.tables`) in place of those records, with what the records left no longer tell."""
 
-    `records` holds every other record, in file order; `of_kind(PhaseEnd)` is empty. `open_path`,
-    `last_record` and `host` answer as for the whole file.
-    """
-
-    sources: list[Path] = field(default_factory=list)  # the files read (several once merged)
-    phase_columns: dict[str, Column] = field(default_factory=dict)  # PHASE_FIELDS
-    memory_columns: dict[str, Column] = field(default_factory=dict)  # MEMORY_FIELDS
+    phases: dict[str, Column] = field(default_factory=dict)  # PHASE_FIELDS
+    memory: dict[str, Column] = field(default_factory=dict)  # MEMORY_FIELDS
     # step, t and each metric of the Step records (which stay in `records` too), when every one
     # has the same metrics in the same order; None when not (the loader reads the records then).
-    step_columns: dict[str, Column] | None = field(default_factory=dict)
-    final_open_path: str | None = None
-    final_record: Record | UnknownRecord | None = None
+    steps: dict[str, Column] | None = field(default_factory=dict)
+    open_path: str | None = None  # the phase open at the end of the file
+    last_record: Record | UnknownRecord | None = None  # the file's last record, of any kind
     first_host: str | None = None  # of the first record in the file; looked for only without a header
-    read_plan: ReadPlan | None = None  # the bytes read (window.py); None or whole: every line
+    read_plan: ReadPlan | None = None  # the bytes read (window.py)
 
-    @property
-    def open_path(self) -> str | None:
-        return self.final_open_path
-
-    @property
-    def last_record(self) -> Record | UnknownRecord | None:
-        return self.final_record
-
-    @property
-    def host(self) -> str | None:
-        header = self.header
-        return header.host if header is not None else self.first_host
-
-    def absorb(self, other: RankLog) -> None:
-        """As `RankLog.absorb`: the files read again whole and their records tabled in time order."""
-        others = other.sources if isinstance(other, TabledRankLog) else [other.path]
-        merged = sorted((r for path in self.sources + others for r in read_rank_file(path).records),
-                        key=record_time)
-        self.sources += others
-        bad_lines, pids = self.num_bad_lines + other.num_bad_lines, self.pids | other.pids
-        self.records, self.pids = [], set()
-        encode = json.JSONEncoder(separators=(",", ":")).encode  # bare NaN (as older sinks wrote it), decoded alike
-        lines = [(number, encode(r.to_dict() if isinstance(r, Record) else r.data).encode(), True)
-                 for number, r in enumerate(merged, 1)]
-        _tabulate(self, lines, exact=True)
-        _set_first(self, lines)
-        self.num_bad_lines, self.pids = bad_lines, pids
+    def followed_by(self, later: RankTables, records: list[Record | UnknownRecord]) -> RankTables:
+        """These tables and a later file's of the same rank, one after the other; `records` are the
+        merged logs' records, whose steps are tabled anew. What was open at the end of this file never
+        ends (the later file is a new attempt, which starts with nothing open), as in one file."""
+        ended = [end_t is not None for end_t in as_list(self.phases["end_t"])]
+        return RankTables(
+            phases={name: concatenated(selected(self.phases[name], ended), later.phases[name]) for name in PHASE_FIELDS},
+            memory={name: concatenated(self.memory[name], later.memory[name]) for name in MEMORY_FIELDS},
+            steps=_step_columns([r for r in records if type(r) is Step]), open_path=later.open_path,
+            last_record=later.last_record, first_host=self.first_host or later.first_host, read_plan=None)
 
 
 def read_rank_tables(path: str | Path, exact: bool = False, strict: bool = False,
-                     budget_bytes: int | None = None, plan: ReadPlan | None = None) -> TabledRankLog:
+                     budget_bytes: int | None = None, plan: ReadPlan | None = None) -> RankLog:
     """`read_rank_file`, with phase and memory records put into columns (see the module doc).
 
     Lines are decoded by orjson, which reads an integer beyond 64 bits as a float: only the lines
@@ -139,8 +124,8 @@ def read_rank_tables(path: str | Path, exact: bool = False, strict: bool = False
     if plan is None:
         plan = plan_read(path.stat().st_size, budget_bytes)
     match = RANK_FILE_PATTERN.search(path.name)
-    log = TabledRankLog(rank=int(match.group(1)) if match else -1, path=path, sources=[path], read_plan=plan,
-                        sampled=not plan.whole)
+    log = RankLog(rank=int(match.group(1)) if match else -1, path=path, sampled=not plan.whole,
+                  tables=RankTables(read_plan=plan))
     lines = lines_of if plan.whole else lambda p: region_lines(p, plan, MAX_LINE_BYTES)
     with paused_gc():
         _tabulate(log, lines(path), exact, strict)
@@ -156,14 +141,14 @@ def read_rank_tables(path: str | Path, exact: bool = False, strict: bool = False
     return log
 
 
-def _restart_unread(log: TabledRankLog) -> bool:
+def _restart_unread(log: RankLog) -> bool:
     """Whether the last record read was written by a process no read header names: a restart whose
     header lies in the unread middle."""
-    final = log.final_record
+    final = log.tables.last_record
     return isinstance(final, Record) and final.pid not in {h.pid for h in log.headers}
 
 
-def _tabulate(log: TabledRankLog, lines: Iterable[tuple[int, bytes, bool]], exact: bool,
+def _tabulate(log: RankLog, lines: Iterable[tuple[int, bytes, bool]], exact: bool,
               strict: bool = False) -> None:
     """Reads (line number, line, ended with a newline) into `log` as `read_rank_file` reads a file.
 
@@ -237,16 +222,17 @@ def _tabulate(log: TabledRankLog, lines: Iterable[tuple[int, bytes, bool]], exac
         end_t_(None)
         duration_s_(None)
         error_(None)
-    log.phase_columns = {name: compact(values) for name, values in phases.items()}
+    tables = log.tables
+    tables.phases = {name: compact(values) for name, values in phases.items()}
     memory = list(zip(*memory_rows, strict=True)) if memory_rows else [() for _ in MEMORY_FIELDS]
-    log.memory_columns = {name: compact(list(values)) for name, values in zip(MEMORY_FIELDS, memory, strict=True)}
-    log.step_columns = _step_columns([r for r in records if type(r) is Step])
-    log.final_open_path = begins[-1]["path"] if begins else None
+    tables.memory = {name: compact(list(values)) for name, values in zip(MEMORY_FIELDS, memory, strict=True)}
+    tables.steps = _step_columns([r for r in records if type(r) is Step])
+    tables.open_path = begins[-1]["path"] if begins else None
     final = _record_of(last) if last is not None else None
-    log.final_record = final if isinstance(final, TABLED_TYPES) or final is None else records[-1]
+    tables.last_record = final if isinstance(final, TABLED_TYPES) or final is None else records[-1]
 
 
-def _set_first(log: TabledRankLog, lines: Iterable[tuple[int, bytes, bool]]) -> None:
+def _set_first(log: RankLog, lines: Iterable[tuple[int, bytes, bool]]) -> None:
     """The host (and, for a file not named by rank, the rank) of the file's first record, which
     only a file without header needs: looked for after the file is read, not on every line."""
     if log.rank >= 0 and any(type(r) is Header for r in log.records):
@@ -259,13 +245,13 @@ def _set_first(log: TabledRankLog, lines: Iterable[tuple[int, bytes, bool]]) -> 
         except (ValueError, TypeError, BadRecord):
             continue
         if isinstance(record, Record):
-            log.first_host = record.host
+            log.tables.first_host = record.host
             if log.rank < 0:
                 log.rank = record.rank
             return
 
 
-def _keep(data, line: bytes, exact: bool, log: TabledRankLog, begins: list) -> dict | None:
+def _keep(data, line: bytes, exact: bool, log: RankLog, begins: list) -> dict | None:
     """A line that is not a phase or memory record as the sink writes it: its record is kept (None
     returned), or, for a phase or memory record with keys missing, extra or reordered, its dict as
     written here is returned to be tabled. Raises what `record_from_dict` raises."""
@@ -299,18 +285,18 @@ def _record_of(line: bytes) -> Record | UnknownRecord:
     return checked_record(decode_line(line))
 
 
-def _lost_long_int(log: TabledRankLog) -> bool:
+def _lost_long_int(log: RankLog) -> bool:
     """Whether orjson may have read an integer beyond 64 bits in a tabled line as a float."""
-    columns = [*log.phase_columns.values(), *log.memory_columns.values(), list(log.pids)]
+    columns = [*log.tables.phases.values(), *log.tables.memory.values(), list(log.pids)]
     return any(may_be_long_int(column) for column in columns)
 
 
 # Column -> (record type, field) whose type it must hold.
 _TABLED_FIELDS = (
-    ("phase_columns", {"step": (PhaseBegin, "step"), "phase": (PhaseEnd, "phase"), "path": (PhaseEnd, "path"),
+    ("phases", {"step": (PhaseBegin, "step"), "phase": (PhaseEnd, "phase"), "path": (PhaseEnd, "path"),
                        "begin_t": (PhaseBegin, "t"), "end_t": (PhaseEnd, "t"), "duration_s": (PhaseEnd, "duration_s"),
                        "error": (PhaseEnd, "error")}),
-    ("memory_columns", {name: (Memory, name) for name in MEMORY_FIELDS}),
+    ("memory", {name: (Memory, name) for name in MEMORY_FIELDS}),
 )
 
 
@@ -330,13 +316,13 @@ def _check_untabled(data: dict) -> None:
             raise BadRecord(f"{data['kind']} field {name}: {str(data[name])[:40]} is not of its type")
 
 
-def _tabled_types_hold(log: TabledRankLog) -> bool:
+def _tabled_types_hold(log: RankLog) -> bool:
     """Whether every tabled value and pid has its field's type: per column, by its compact form
     (an int64 array holds ints only), value by value only in the columns left as lists."""
     if any(type(pid) is not int for pid in log.pids):
         return False
     for attribute, fields in _TABLED_FIELDS:
-        columns = getattr(log, attribute)
+        columns = getattr(log.tables, attribute)
         for name, (cls, field_name) in fields.items():
             column, check = columns.get(name, ()), checker_of(cls, field_name)
             if name == "end_t" or name == "duration_s":  # an open phase's, None here, is no value read

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from grpo_doctor.runlog.eventlog import MAX_LINE_BYTES, READ_BLOCK_BYTES, checked_record, decode_line
+from grpo_doctor.runlog.decode import checked_record, decode_line
+from grpo_doctor.runlog.lines import MAX_LINE_BYTES, READ_BLOCK_BYTES
 from grpo_doctor.schema import BadRecord, Record
 
 # At most this much is read per look, so a burst of output is taken in over a few polls.

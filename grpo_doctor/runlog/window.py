@@ -196,8 +196,9 @@ def sampled_files_warning(run) -> list[str]:
     sampled = [log for log in run.ranks.values() if log.sampled]
     if not sampled:
         return []
-    total = sum(log.read_plan.size_bytes for log in sampled)
-    read = sum(log.read_plan.planned_bytes for log in sampled)
+    plans = [log.tables.read_plan for log in sampled if log.tables is not None and log.tables.read_plan is not None]
+    total = sum(plan.size_bytes for plan in plans)
+    read = sum(plan.planned_bytes for plan in plans)
     return [f"{len(sampled)} rank file(s), {total / 2**20:,.0f} MB, are larger than their share of the read budget: "
             f"read by window, {read / 2**20:,.0f} MB (the head, the latest steps in full, samples of the middle); "
             "older steps are shown at a lower resolution. Pass --full-read to read every line"]

@@ -1,7 +1,8 @@
 import pandas as pd
 import pytest
 
-from grpo_doctor.runlog.columns import compact, joined, repeated
+from grpo_doctor.analysis.column_frames import joined
+from grpo_doctor.runlog.columns import compact, repeated
 
 # Each case: one column's values on three ranks; mixes a rank file may hold, sane or not.
 CASES = {

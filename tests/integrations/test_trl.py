@@ -15,7 +15,7 @@ import pytest
 from helpers import REPO, LaunchedRun, clean_env
 
 from grpo_doctor.cli.main import main
-from grpo_doctor.runlog.eventlog import RunLog
+from grpo_doctor.runlog.rank_log import RunLog
 from grpo_doctor.schema import PhaseBegin, Rng, Rollout, Step
 
 SCRIPT = Path(__file__).with_name("trl_grpo.py")

@@ -70,7 +70,7 @@ def test_both_readers_give_the_floats_back_and_leave_text_alone(diverged_run):
         assert rollout.reward_mean == math.inf and math.isnan(rollout.samples[0]["reward"])
         assert log.errors[-1].message == "NaN" and isinstance(log.errors[-1], Error)
     assert {r.phase for r in read_rank_file(rank_file).of_kind(PhaseBegin)} == {"NaN"}
-    columns = read_rank_tables(rank_file).step_columns
+    columns = read_rank_tables(rank_file).tables.steps
     assert [math.isnan(v) for v in columns["loss"]] == [False] * 3 + [True] * 3
 
 

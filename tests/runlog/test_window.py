@@ -11,7 +11,7 @@ import pytest
 
 from grpo_doctor.analysis.load import load_evidence
 from grpo_doctor.analysis.rules import run_rules
-from grpo_doctor.runlog.eventlog import MAX_LINE_BYTES, lines_of
+from grpo_doctor.runlog.lines import MAX_LINE_BYTES, lines_of
 from grpo_doctor.runlog.rank_tables import read_rank_tables
 from grpo_doctor.runlog.window import REGION_BREAK, plan_read, region_lines
 from grpo_doctor.schema import Error, Header, RunPaths
@@ -58,8 +58,8 @@ def test_latest_steps_are_read_exactly_as_a_full_read_gives_them(big_run):
     assert windowed.header == full.header and windowed.end == full.end
     assert windowed.last_step == full.last_step == 1199
     assert windowed.last_record == full.last_record
-    full_ends = list(full.phase_columns["end_t"])
-    windowed_ends = list(windowed.phase_columns["end_t"])
+    full_ends = list(full.tables.phases["end_t"])
+    windowed_ends = list(windowed.tables.phases["end_t"])
     latest = windowed_ends[-len(PHASES) * 100:]  # the last 100 steps' phases, value for value
     assert latest == full_ends[-len(latest):]
     assert len(windowed_ends) < len(full_ends) / 2
