@@ -6,7 +6,10 @@ distinct-n sorts the step's n-grams once; the edit distance compares at most
 `max_pairs_per_group` pairs per group and `max_pairs` per step, on each sequence's first
 `max_tokens` tokens, all pairs at once with Myers' bit-parallel algorithm (one 64-bit lane per
 pair inside one Python integer, so a pair costs a few machine words per token instead of a
-64 x 64 table). Its cost is therefore bounded per step whatever the batch size.
+64 x 64 table). Its cost is therefore bounded per step whatever the batch size. Where rapidfuzz
+happens to be installed, it computes the same distances (the same integers, so the same mean) in
+about half the CPU time (benchmarks/bench_edit_distance.py); it is never required, since the rank
+side takes no new dependency.
 
 Typical use:
     batch = TokenBatch.from_sequences([[5, 6, 7], [5, 6, 7], [9, 9]])
@@ -24,6 +27,11 @@ import numpy as np
 
 from grpo_doctor.checks.hashing import INT32_MAX, INT32_MIN
 
+try:  # optional: see the module docstring
+    from rapidfuzz.distance.Levenshtein import distance as _rapidfuzz_distance
+except ImportError:
+    _rapidfuzz_distance = None
+
 MAX_PAIRS_PER_GROUP = 16
 # Per step, spread evenly over the groups. The loop over tokens costs the same for any number of
 # pairs (about 0.5 ms), each pair about 15 us more; the mean of 32 distances in [0, 1] is within
@@ -31,6 +39,7 @@ MAX_PAIRS_PER_GROUP = 16
 # sampled text (near 1).
 MAX_PAIRS = 32
 EDIT_MAX_TOKENS = 64  # one 64-bit word per pair: the bit-parallel loop's fixed cost per token
+ENGINES = ("auto", "numpy", "rapidfuzz")
 _LANE_BYTES = 9  # 8 bytes of pattern bits + 1 guard byte that absorbs carries and counts
 
 
@@ -149,23 +158,35 @@ def mean_edit_distance(
     max_pairs_per_group: int = MAX_PAIRS_PER_GROUP,
     max_pairs: int = MAX_PAIRS,
     max_tokens: int = EDIT_MAX_TOKENS,
+    engine: str = "auto",
 ) -> float | None:
     """Mean over sampled pairs in each group of Levenshtein(a, b) / max(len a, len b).
 
     Each group of two or more gets at least one pair, so more groups than max_pairs may give a
     few more pairs. Sequences are cut to their first max_tokens (at most 64) tokens; two empty
-    ones are at distance 0. None when no group has two members.
+    ones are at distance 0. None when no group has two members. engine: "numpy", "rapidfuzz"
+    (ImportError without it) or "auto" (rapidfuzz where installed); all give the same number.
     """
     if not 0 < max_tokens <= 64:
         raise ValueError(f"max_tokens={max_tokens}: the bit-parallel distance takes 1 to 64 tokens")
+    if engine not in ENGINES:
+        raise ValueError(f"engine={engine!r}: one of {', '.join(ENGINES)}")
+    if engine == "rapidfuzz" and _rapidfuzz_distance is None:
+        raise ImportError("engine='rapidfuzz' needs rapidfuzz: pip install rapidfuzz")
     pairs = step_pairs(groups, max_pairs_per_group, max_pairs)
     if not pairs:
         return None
-    first, second = np.array(pairs, dtype=np.int64).T
-    prefixes, lengths = _prefixes(batch, max_tokens)
-    la, lb = lengths[first], lengths[second]
-    dist = levenshtein_pairs(prefixes[first], prefixes[second], la, lb).tolist()
-    longest = np.maximum(la, lb).tolist()
+    if engine == "numpy" or _rapidfuzz_distance is None:
+        first, second = np.array(pairs, dtype=np.int64).T
+        prefixes, lengths = _prefixes(batch, max_tokens)
+        la, lb = lengths[first], lengths[second]
+        dist = levenshtein_pairs(prefixes[first], prefixes[second], la, lb).tolist()
+        longest = np.maximum(la, lb).tolist()
+    else:
+        # Only the sequences in a pair, as Python lists: rapidfuzz reads a numpy row element by element.
+        rows = {i: batch.row(i)[:max_tokens].tolist() for i in set(chain.from_iterable(pairs))}
+        dist = [_rapidfuzz_distance(rows[a], rows[b]) for a, b in pairs]
+        longest = [max(len(rows[a]), len(rows[b])) for a, b in pairs]
     return math.fsum(d / n if n else 0.0 for d, n in zip(dist, longest, strict=True)) / len(dist)
 
 

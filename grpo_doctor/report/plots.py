@@ -33,6 +33,10 @@ from grpo_doctor.report.time_cut import TimeCut, duration_text, find_cut  # noqa
 plt.rcParams["text.parse_math"] = False
 
 TIMELINE_STEPS = 12  # the last steps drawn on the phase timeline
+# At most this many ranks get a row on the timeline (1,024 rows would be a 300-inch image): the
+# ranks with something to show first (a phase open at the end, an error, the slowest), then the
+# others evenly spaced, in rank order.
+TIMELINE_MAX_RANKS = 32
 STEPS_BEFORE_CUT = 4  # the last steps drawn when a long stretch at the end is cut from the time axis
 LABEL_POINTS = 8
 MAX_METRICS = 12
@@ -58,13 +62,34 @@ def phase_timeline(ev: Evidence, num_steps: int = TIMELINE_STEPS) -> TimelinePlo
     if top.empty:
         return None
     end_of_run = _end_of_run(ev)
+    top, num_ranks = _rows_to_draw(ev, top), top["rank"].nunique()
     shown = _last_steps(top, num_steps)
     cut = _cut_for(ev, shown, end_of_run)
     if cut is not None and cut.at_end and num_steps > STEPS_BEFORE_CUT:
         shown = _last_steps(top, STEPS_BEFORE_CUT)
         cut = _cut_for(ev, shown, end_of_run)
     uri, labels = _draw_timeline(ev, shown, end_of_run, cut)
-    return TimelinePlot(uri=uri, note=_timeline_note(top, shown, cut), labels=labels, cut=cut)
+    note = _timeline_note(top, shown, cut)
+    drawn = top["rank"].nunique()
+    if drawn < num_ranks:
+        note = (f"{drawn} of {num_ranks} ranks drawn (those with a phase open at the end, an error or the "
+                f"slowest steps, then others evenly spaced). " + note).strip()
+    return TimelinePlot(uri=uri, note=note, labels=labels, cut=cut)
+
+
+def _rows_to_draw(ev: Evidence, top: pd.DataFrame, max_ranks: int = TIMELINE_MAX_RANKS) -> pd.DataFrame:
+    ranks = sorted(top["rank"].unique())
+    if len(ranks) <= max_ranks:
+        return top
+    recent = _last_steps(top, TIMELINE_STEPS)
+    notable = [*recent.loc[recent["end_t"].isna(), "rank"], *ev.errors["rank"].dropna().astype(int),
+               *recent.groupby("rank")["duration_s"].sum().sort_values(ascending=False).index]
+    present = set(ranks)
+    chosen = set(list(dict.fromkeys(r for r in notable if r in present))[:max_ranks // 2])
+    rest = [r for r in ranks if r not in chosen]
+    step = len(rest) / max(1, max_ranks - len(chosen))
+    chosen |= {rest[int(i * step)] for i in range(max_ranks - len(chosen)) if int(i * step) < len(rest)}
+    return top[top["rank"].isin(chosen)]
 
 
 def _last_steps(top: pd.DataFrame, num_steps: int) -> pd.DataFrame:
@@ -79,7 +104,7 @@ def _cut_for(ev: Evidence, top: pd.DataFrame, end_of_run: float) -> TimeCut | No
     times = [top["begin_t"].to_numpy(float), top["end_t"].dropna().to_numpy(float)]
     errors = ev.errors[ev.errors["rank"].isin(top["rank"].unique())]
     times.append(errors["t"].to_numpy(float))
-    times.append(np.array([h["detected_t"] for h in ev.hangs if isinstance(h.get("detected_t"), (int, float))]))
+    times.append(np.array([h.detected_t for h in ev.hangs if h.detected_t is not None], dtype=float))
     return find_cut(np.concatenate(times) - start, end_of_run - start)
 
 
@@ -128,8 +153,8 @@ def _draw_timeline(ev: Evidence, top: pd.DataFrame, end_of_run: float, cut: Time
             closed = ~is_open & (phase == name)
             _boxes(ax, x0[closed], x1[closed], row[closed], color=colours[name], label=name)
     for hang in ev.hangs:
-        if isinstance(hang.get("detected_t"), (int, float)):
-            ax.axvline(float(axis(hang["detected_t"] - start)), color="#c0392b", linestyle="--", label="hang detected")
+        if hang.detected_t is not None:
+            ax.axvline(float(axis(hang.detected_t - start)), color="#c0392b", linestyle="--", label="hang detected")
     errors = ev.errors[ev.errors["rank"].isin(ranks)]
     if not errors.empty:
         ax.scatter(axis((errors["t"] - start).to_numpy(float)), [ranks.index(r) for r in errors["rank"]], marker="X",
@@ -279,7 +304,7 @@ def _end_of_run(ev: Evidence) -> float:
     for table in (ev.steps, ev.errors, ev.memory):
         if not table.empty:
             times.append(table["t"].max())
-    times += [h["detected_t"] for h in ev.hangs if isinstance(h.get("detected_t"), (int, float))]
+    times += [h.detected_t for h in ev.hangs if h.detected_t is not None]
     return float(pd.Series(times, dtype=float).max())
 
 

@@ -2,32 +2,50 @@
 
 On a terminal the panel sits below the job's output: it is erased before each write of the
 job's bytes and drawn again after a complete line, so the job's output is never interleaved
-with it. Without a terminal (a log file, CI) there is no panel, only plain `grpo-doctor:` lines
-and a status line every `plain_every_s`. Notes and the panel carry run data (phase names, host
-names, stacks, matched output lines): they are made terminal-safe here, once for every caller, so
-an escape sequence in a phase name is shown as text; the job's own bytes pass unchanged.
+with it. It is drawn with rich (panel.py): fitted to the terminal's width and height, coloured
+unless NO_COLOR is set. Without a terminal on both stdout and stderr (a log file, CI, `| tee`)
+there is no panel and no escape code, only plain `grpo-doctor:` lines and a status line every
+`plain_every_s`. Notes and the panel carry run data (phase names, host names, stacks, matched
+output lines): they are made terminal-safe here, once for every caller, so an escape sequence in
+a phase name is shown as text; the job's own bytes pass unchanged. Nothing here raises into
+watch for its own output: a panel that cannot be drawn falls back to plain lines, and a stderr
+that cannot be written to (closed, a full pipe) loses the note, not the supervision.
 
 Typical use:
-    console = Console(sys.stderr.isatty())
+    console = Console()   # a panel when stdout and stderr are terminals, plain lines otherwise
     console.write_child("stdout", b"step 3 loss 0.1\n")
     console.note("rank 3 is gone without an end record")
     console.panel(rows)   # rows of (rank, step, phase, idle_s, gpu_mem_bytes)
 """
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
 from collections.abc import Sequence
 
 from grpo_doctor.logs.terminal_text import terminal_safe
+from grpo_doctor.supervisor.panel import MAX_PANEL_RANKS, PanelRow, panel_lines, status_line
 
-MAX_PANEL_RANKS = 16
+__all__ = ["Console", "MAX_PANEL_RANKS", "on_terminal"]
+
+
+def on_terminal() -> bool:
+    """Whether a live panel can be drawn: stdout and stderr both terminals, and not TERM=dumb.
+
+    Both, because with `watch ... | tee log` the job's output reaches the same screen through
+    tee, out of step with the panel's erasing, and the log would hold the panel's escape codes.
+    """
+    try:
+        return sys.stdout.isatty() and sys.stderr.isatty() and os.environ.get("TERM", "") != "dumb"
+    except (AttributeError, ValueError):  # replaced or closed streams
+        return False
 
 
 class Console:
-    def __init__(self, tty: bool, plain_every_s: float = 60.0) -> None:
-        self.tty = tty
+    def __init__(self, tty: bool | None = None, plain_every_s: float = 60.0) -> None:
+        self.tty = on_terminal() if tty is None else tty
         # Re-entrant: watch's signal handler notes on the main thread, which may be drawing the panel.
         self._lock = threading.RLock()
         self._panel: list[str] = []
@@ -48,36 +66,23 @@ class Console:
     def note(self, message: str) -> None:
         with self._lock:
             self._erase()
+            text = f"grpo-doctor: {terminal_safe(message)}\n"
             if not self._at_line_start:
-                sys.stderr.write("\n")
+                text = "\n" + text
                 self._at_line_start = True
-            sys.stderr.write(f"grpo-doctor: {terminal_safe(message)}\n")
-            sys.stderr.flush()
+            self._write(text)
             self._draw()
 
-    def panel(self, rows: Sequence[tuple[int, int | None, str | None, float | None, int | None]]) -> None:
-        lines = [f"grpo-doctor watch: {len(rows)} rank(s)   rank  step  phase                 idle s  GPU mem"]
-        for rank, step, phase, idle_s, gpu_bytes in list(rows)[:MAX_PANEL_RANKS]:
-            gpu = f"{gpu_bytes / 2**30:.1f} GiB" if gpu_bytes else "-"
-            idle = f"{idle_s:.0f}" if idle_s is not None else "-"
-            lines.append(f"{'':>30}{rank:>4}  {step if step is not None else '-':>4}  {terminal_safe(phase or '-')[:20]:<20}  {idle:>6}  {gpu}")
-        if len(rows) > MAX_PANEL_RANKS:
-            lines.append(f"{'':>30}... {len(rows) - MAX_PANEL_RANKS} more")
+    def panel(self, rows: Sequence[PanelRow]) -> None:
         with self._lock:
             if self.tty:
+                lines = panel_lines(rows)
                 self._erase()
                 self._panel = lines
                 self._draw()
             elif time.monotonic() - self._last_plain >= self._plain_every_s and rows:
                 self._last_plain = time.monotonic()
-                steps = [r[1] for r in rows if r[1] is not None]
-                idle = max((r[3] or 0.0, r[0]) for r in rows)
-                sys.stderr.write(
-                    f"grpo-doctor: {len(rows)} rank(s), step {min(steps) if steps else '-'}"
-                    f"{'' if not steps or min(steps) == max(steps) else f'-{max(steps)}'}, "
-                    f"longest without progress: rank {idle[1]} {idle[0]:.0f} s\n"
-                )
-                sys.stderr.flush()
+                self._write(f"grpo-doctor: {status_line(rows)}\n")
 
     def close(self) -> None:
         with self._lock:
@@ -87,12 +92,19 @@ class Console:
     def _erase(self) -> None:
         if self._drawn:
             # Cursor up over the panel, then clear to the end of the screen.
-            sys.stderr.write(f"\r\x1b[{self._drawn}A\x1b[J" if self._drawn > 0 else "")
-            sys.stderr.flush()
-            self._drawn = 0
+            drawn, self._drawn = self._drawn, 0
+            self._write(f"\r\x1b[{drawn}A\x1b[J")
 
     def _draw(self) -> None:
-        if self.tty and self._panel and self._at_line_start:
-            sys.stderr.write("\n".join(self._panel) + "\n")
-            sys.stderr.flush()
+        if self.tty and self._panel and self._at_line_start and self._write("\n".join(self._panel) + "\n"):
             self._drawn = len(self._panel)
+
+    @staticmethod
+    def _write(text: str) -> bool:
+        """Writes grpo-doctor's own text to stderr; False, never an exception, when it cannot."""
+        try:
+            sys.stderr.write(text)
+            sys.stderr.flush()
+        except (OSError, ValueError):  # closed or broken stderr: the note is lost, watch goes on
+            return False
+        return True

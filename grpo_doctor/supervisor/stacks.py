@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+import psutil
+
 from grpo_doctor.logs.pyspy import format_pyspy_text
 from grpo_doctor.schema.stacks import StackCapture, thread_from_pyspy_json
 
@@ -173,7 +175,7 @@ def _explain_failure(pid: int, returncode: int, stderr: str) -> str:
         return f"py-spy failed: pid {pid} is already being traced by pid {tracer} (another py-spy or a debugger): {detail}"
     if _DENIED.search(stderr):
         return f"ptrace denied: py-spy may not attach to pid {pid} ({detail}); {PTRACE_HINT}"
-    if _process_state(pid) == "T":
+    if _process_status(pid) == psutil.STATUS_STOPPED:
         # py-spy cannot suspend a process that is already stopped (Ctrl-Z, SIGSTOP, a debugger).
         return f"py-spy failed: pid {pid} is stopped (state T; resume it with kill -CONT {pid}): {detail}"
     return f"py-spy failed: {detail}"
@@ -199,16 +201,19 @@ def _rank_path(out_dir: Path, rank: int, suffix: str) -> Path:
 
 
 def _pid_alive(pid: int) -> bool:
+    # Signal 0 first, not psutil: with /proc mounted hidepid=2 another user's process has no
+    # /proc entry at all, and psutil would call it gone while it still runs.
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True  # exists, owned by someone else
-    return _process_state(pid) != "Z"  # a zombie has no stacks left to read
+    return _process_status(pid) != psutil.STATUS_ZOMBIE  # a zombie has no stacks left to read
 
 
 def _tracer_pid(pid: int) -> int:
+    # psutil does not expose TracerPid, so this one line of /proc/<pid>/status is read by hand.
     try:
         status = Path(f"/proc/{pid}/status").read_text()
     except OSError:
@@ -217,16 +222,19 @@ def _tracer_pid(pid: int) -> int:
     return int(found.group(1)) if found else 0
 
 
-def _process_state(pid: int) -> str | None:
+def _process_status(pid: int) -> str | None:
+    """psutil's status ("running", "stopped", "zombie", ...); None when gone or unreadable (hidepid)."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
+        return psutil.Process(pid).status()
+    except psutil.ZombieProcess:
+        return psutil.STATUS_ZOMBIE
+    except psutil.Error:
         return None
-    return stat.rpartition(")")[2].split()[0]  # the command name in (...) may hold spaces
 
 
 def _command_line(pid: int) -> str:
+    """The process's arguments joined by spaces; "" when gone, a zombie or unreadable."""
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-    except OSError:
+        return " ".join(psutil.Process(pid).cmdline()).strip()
+    except psutil.Error:
         return ""

@@ -132,3 +132,31 @@ def test_a_group_of_clones_has_distance_zero_and_distinct_completions_distance_o
     distinct = TokenBatch.from_sequences([[i] * 5 for i in range(8)])
     assert mean_edit_distance(distinct, [list(range(8))]) == 1.0
     assert list(itertools.islice(sample_pairs(list(range(8))), 1)) == [(0, 1)]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_numpy_and_rapidfuzz_give_exactly_the_same_mean_edit_distance(seed):
+    pytest.importorskip("rapidfuzz")
+    rng = random.Random(seed)
+    seqs = []
+    for _ in range(96):
+        alphabet = rng.choice([2, 5, 151_936])
+        length = rng.choice([0, 1, rng.randint(2, 63), 64, 65, rng.randint(66, 300)])
+        # Negative ids too: numpy pads short rows with -1, which must never match a real -1.
+        seqs.append([rng.randrange(alphabet) - (1 if alphabet == 2 else 0) for _ in range(length)])
+    batch = TokenBatch.from_sequences(seqs)
+    for size in (2, 3, 8, 12, 96):
+        groups = [list(range(i, min(i + size, len(seqs)))) for i in range(0, len(seqs), size)]
+        for max_tokens in (1, 17, 64):
+            by_engine = {e: mean_edit_distance(batch, groups, max_tokens=max_tokens, engine=e)
+                         for e in ("numpy", "rapidfuzz", "auto")}
+            assert by_engine["numpy"] == by_engine["rapidfuzz"] == by_engine["auto"], (size, max_tokens, by_engine)
+    words = TokenBatch.from_words(["the cat sat on the mat", "the cat sat on a mat", "", "a dog"])
+    assert mean_edit_distance(words, [[0, 1, 2, 3]], engine="numpy") == mean_edit_distance(
+        words, [[0, 1, 2, 3]], engine="rapidfuzz")
+
+
+def test_an_unknown_edit_distance_engine_is_refused_with_the_choices():
+    batch = TokenBatch.from_sequences([[1], [2]])
+    with pytest.raises(ValueError, match="auto, numpy, rapidfuzz"):
+        mean_edit_distance(batch, [[0, 1]], engine="levenshtein")
