@@ -112,7 +112,7 @@ def _describe_path(ev: Evidence, path: Path) -> InputSummary:
         hosts = sorted(p.name for p in supervisor.iterdir() if p.is_dir())
         recognised.append(f"watch output of host(s) {', '.join(hosts)}")
         areas |= {"crashes", "hangs"}
-        if any(row.get("kind") == "gpu" for row in ev.sample_rows):
+        if not ev.samples.empty and (ev.samples["kind"] == "gpu").any():
             areas.add("memory")
     dumps = [d for d in ev.flight_dumps if _under(d.path, path)]
     if dumps:

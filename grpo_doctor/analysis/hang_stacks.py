@@ -18,26 +18,31 @@ from pathlib import Path
 from typing import Any
 
 from grpo_doctor.checks.stack_groups import format_frame, frame_kind, headline, innermost_user_frame
-from grpo_doctor.schema.stacks import StackCapture, ThreadStack, thread_from_pyspy_json
+from grpo_doctor.schema import RunPaths
+from grpo_doctor.schema.stacks import StackCapture, thread_from_pyspy_json
+from grpo_doctor.schema.watch_files import HangReport
 
 MAX_FRAMES_SHOWN = 40
 
 
-def hang_captures(report: dict[str, Any]) -> list[StackCapture]:
+def hang_captures(report: HangReport) -> list[StackCapture]:
     """The last stack of every rank that watch could read at this hang, sorted by rank."""
-    host = report.get("host") or ""
-    stacks = report.get("stacks")
-    if isinstance(stacks, dict) and stacks:
-        return [StackCapture(int(rank), int((report.get("ranks") or {}).get(rank, {}).get("pid") or -1), host, None,
-                             (ThreadStack.from_dict(thread),))
-                for rank, thread in sorted(stacks.items(), key=lambda kv: int(kv[0])) if thread]
-    return _from_stack_dirs(report, host)
+    if report.stacks:
+        return [StackCapture(rank, _pid(report, rank), report.host, None, (thread,))
+                for rank, thread in sorted(report.stacks.items())]
+    return _from_stack_dirs(report)
 
 
-def _from_stack_dirs(report: dict[str, Any], host: str) -> list[StackCapture]:
-    dirs = [Path(d) for d in report.get("stack_dirs") or []][-1:]
-    if report.get("file"):
-        dirs += [Path(report["file"]).parents[2] / "stacks" / d.name for d in dirs]
+def _pid(report: HangReport, rank: int) -> int:
+    info = report.ranks.get(rank)
+    return info.pid if info is not None and info.pid is not None else -1
+
+
+def _from_stack_dirs(report: HangReport) -> list[StackCapture]:
+    dirs = [Path(d) for d in report.stack_dirs][-1:]
+    if report.file:
+        # supervisor/<host>/hang-N.json -> the run directory's stacks/, wherever it was moved
+        dirs += [RunPaths(Path(report.file).parents[2]).stacks / d.name for d in dirs]
     for directory in dirs:
         captures = []
         for path in sorted(directory.glob("rank-*.json")):
@@ -46,8 +51,7 @@ def _from_stack_dirs(report: dict[str, Any], host: str) -> list[StackCapture]:
             except (OSError, ValueError, KeyError, TypeError):
                 continue  # a failed capture leaves an empty or partial file
             rank = int(path.stem.rpartition("-")[2])
-            pid = int((report.get("ranks") or {}).get(str(rank), {}).get("pid") or -1)
-            captures.append(StackCapture(rank, pid, host, None, threads).without_own_threads())
+            captures.append(StackCapture(rank, _pid(report, rank), report.host, None, threads).without_own_threads())
         if captures:
             return captures
     return []

@@ -13,7 +13,8 @@ Tables (pandas, only inside analysis/ and report/):
   phases:     rank, host, step, phase, path, begin_t, end_t, duration_s, error  (open phases: end_t NaN)
   steps:      rank, host, step, t, and one column per metric
   errors:     rank, host, step, t, exc_type, message, phase, path
-  signatures: kind, rank, host, source, line_number, text, fields (the kind's dict, see logs.kinds)
+  signature_rows (dicts, not a table: rules walk them): kind, rank, host, source, line_number, text,
+              fields (the kind's dict, see logs.kinds), repeats aggregated (signature_rows.py)
   memory:     rank, host, step, t, tag, host_rss_bytes, device, allocated_bytes, reserved_bytes,
               peak_allocated_bytes, inactive_split_bytes, free_bytes, total_bytes
   samples:    watch's samples.jsonl: host, kind ("gpu" | "proc"), t, and the sample's fields
@@ -74,7 +75,6 @@ from grpo_doctor.schema.watch_files import HangReport, WatchSummary
 PHASE_COLUMNS = ["rank", "host", "step", "phase", "path", "begin_t", "end_t", "duration_s", "error"]
 STEP_COLUMNS = ["rank", "host", "step", "t", "source"]
 ERROR_COLUMNS = ["rank", "host", "step", "t", "exc_type", "message", "phase", "path"]
-SIGNATURE_COLUMNS = ["kind", "rank", "host", "source", "line_number", "text", "fields"]
 MEMORY_COLUMNS = ["rank", "host", "step", "t", "tag", "host_rss_bytes", "device", "allocated_bytes", "reserved_bytes",
                   "peak_allocated_bytes", "inactive_split_bytes", "free_bytes", "total_bytes"]
 SAMPLE_COLUMNS = ["host", "kind", "t"]
@@ -103,10 +103,10 @@ class Evidence:
     phases: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=PHASE_COLUMNS))
     steps: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=STEP_COLUMNS))
     errors: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=ERROR_COLUMNS))
-    signatures: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=SIGNATURE_COLUMNS))
     memory: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=MEMORY_COLUMNS))
     samples: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=SAMPLE_COLUMNS))
-    sample_rows: list[dict[str, Any]] = field(default_factory=list)
+    # watch's samples as read, until `samples` is built from them (then emptied: one copy, not two)
+    sample_rows: list[dict[str, Any]] = field(default_factory=list, repr=False)
     clock_offsets: dict[str, float] = field(default_factory=dict)  # host -> s ahead of the reference host
     flight_dumps: list[FlightDump] = field(default_factory=list)  # from fr/ and raw dump files
     rollouts: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=rollout_tables.ROLLOUT_COLUMNS))
@@ -390,8 +390,8 @@ def _build_tables(ev: Evidence) -> None:
     ev.steps = _step_frame(ev, logs).assign(source=rollout_tables.EVENT_LOG_SOURCE)
     ev.rollouts, ev.rng = rollout_tables.rollout_frame(ev.rollout_records), rollout_tables.rng_frame(rng_records)
     ev.errors = pd.DataFrame(errors, columns=ERROR_COLUMNS)
-    ev.signatures = pd.DataFrame(ev.signature_rows, columns=SIGNATURE_COLUMNS)
     ev.samples = pd.DataFrame(ev.sample_rows) if ev.sample_rows else pd.DataFrame(columns=SAMPLE_COLUMNS)
+    ev.sample_rows = []
     _align_clocks(ev)
     # Framework logs join after the clocks are aligned: their rows carry no host and no time.
     log_steps, log_completions = framework_logs.metric_log_frames(ev.metric_logs)

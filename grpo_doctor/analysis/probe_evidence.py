@@ -9,17 +9,16 @@ Typical use:
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from grpo_doctor.analysis.findings import SEVERITIES, Finding
-from grpo_doctor.probe.results import COLLECTIVES_FILE, CollectivesReport, NodeReport, probe_dir
+from grpo_doctor.schema import RunPaths
+from grpo_doctor.schema.probe_results import CollectivesReport, NodeReport, Problem
+from grpo_doctor.schema.run_paths import PROBE_COLLECTIVES_FILE, PROBE_NODE_FILE
 
 MAX_PROBE_FILE_BYTES = 64 * 2**20
-NODE_FILE = re.compile(r"node-\d{3,}-.+\.json")  # results.node_file_name; not a node's log (node-1.log)
 
 
 @dataclass
@@ -27,24 +26,27 @@ class ProbeEvidence:
     nodes: list[tuple[str, NodeReport]] = field(default_factory=list)  # (file, report)
     collectives: list[tuple[str, CollectivesReport]] = field(default_factory=list)
 
-    def problems(self) -> list[tuple[str, dict[str, Any]]]:
-        """(file, problem dict) for every problem, each distinct one once: every node saw the
+    def problems(self) -> list[tuple[str, Problem]]:
+        """(file, problem) for every problem, each distinct one once: every node saw the
         same comparison, and a shared run directory holds all their files."""
-        seen: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}
+        seen: dict[tuple[str, str], tuple[str, Problem]] = {}
         for path, report in [*self.nodes, *self.collectives]:
             for problem in report.problems:
-                seen.setdefault((problem.get("id", ""), problem.get("message", "")), (path, problem))
+                seen.setdefault((problem.id, problem.message), (path, problem))
         return list(seen.values())
 
 
 def probe_files(path: Path) -> list[Path]:
     """The probe files a path given to `report` holds (a run dir, its probe/ dir, or a file)."""
     if path.is_file():
-        return [path] if path.name == COLLECTIVES_FILE or NODE_FILE.fullmatch(path.name) else []
-    folder = path if path.name == "probe" else probe_dir(path)
+        return [path] if path.name == PROBE_COLLECTIVES_FILE or PROBE_NODE_FILE.fullmatch(path.name) else []
+    folder = RunPaths(path).probe
+    if path.name == folder.name:  # the probe directory itself
+        folder = path
     if not folder.is_dir():
         return []
-    return sorted(p for p in folder.glob("node-*.json") if NODE_FILE.fullmatch(p.name)) + sorted(folder.glob(COLLECTIVES_FILE))
+    return (sorted(p for p in folder.glob("node-*.json") if PROBE_NODE_FILE.fullmatch(p.name))
+            + sorted(folder.glob(PROBE_COLLECTIVES_FILE)))
 
 
 def load_probe(paths: list[Path], warnings: list[str]) -> ProbeEvidence:
@@ -56,11 +58,13 @@ def load_probe(paths: list[Path], warnings: list[str]) -> ProbeEvidence:
             data = json.loads(path.read_text())
             if not isinstance(data, dict):
                 raise ValueError("not a JSON object")
-            if path.name == COLLECTIVES_FILE:
+            if path.name == PROBE_COLLECTIVES_FILE:
                 probe.collectives.append((str(path), CollectivesReport.from_dict(data)))
             else:
                 probe.nodes.append((str(path), NodeReport.from_dict(data)))
-        except (OSError, ValueError, TypeError) as exc:
+        except RecursionError:
+            warnings.append(f"probe file {path} skipped: JSON nested too deeply (rerun `grpo-doctor probe` to replace it)")
+        except (OSError, ValueError) as exc:  # FormatError is a ValueError: a file of the wrong shape
             warnings.append(f"probe file {path} skipped: {exc} (rerun `grpo-doctor probe` to replace it)")
     return probe
 
@@ -71,13 +75,13 @@ def probe_findings(probe: ProbeEvidence | None, finding_id: str, extra_hints: tu
     if probe is None:
         return
     for path, problem in probe.problems():
-        if problem.get("id") != finding_id:
+        if problem.id != finding_id:
             continue
-        hints = tuple(h for h in (problem.get("hint"), *extra_hints) if h)
-        severity = problem.get("severity") if problem.get("severity") in SEVERITIES else "warning"
+        hints = tuple(h for h in (problem.hint, *extra_hints) if h)
+        severity = problem.severity if problem.severity in SEVERITIES else "warning"
         yield Finding(
-            id=finding_id, severity=severity, title=f"probe: {problem.get('message', '')}",
-            ranks=tuple(problem.get("ranks", ())), hosts=tuple(problem.get("hosts", ())), step=None, phase=None,
-            evidence={"source": "probe", "probe_file": path, "message": problem.get("message", ""),
-                      "nodes": list(problem.get("nodes", ()))},
+            id=finding_id, severity=severity, title=f"probe: {problem.message}",
+            ranks=tuple(problem.ranks), hosts=tuple(problem.hosts), step=None, phase=None,
+            evidence={"source": "probe", "probe_file": path, "message": problem.message,
+                      "nodes": list(problem.nodes)},
             hints=hints)

@@ -1,117 +1,81 @@
-"""Whether watch's summary.json and hang-N.json hold what the rules read from them, with the types watch writes.
+"""watch's summary.json and hang-N.json read back for the rules and the report, as their schema types.
 
-These files are read back by several rules and the report (`ranks`, `culprits`, `stacks`, ...),
-each trusting the shapes that `supervisor/watch.py` and `supervisor/hang.py` write. A file edited
-by hand, cut by a full disk into valid JSON of the wrong shape, or written by another tool must
-not stop the report: a file whose known fields do not have their types is left out, with one
-warning naming the field. Fields this version does not know are kept and never read.
+Several rules and the report read these (`ranks`, `culprits`, `stacks`, ...), each trusting the shapes
+that `supervisor/summary.py` and `supervisor/hang.py` write. A file edited by hand, cut by a full disk
+into valid JSON of the wrong shape, too large, or written by another tool must not stop the report: it
+is left out with one warning naming the problem (the shapes are checked by the types' `from_dict`,
+schema/watch_files.py). Fields this version does not know are never read.
 
 Typical use:
-    problem = summary_problem(data)       # None, or "field ranks: '0' holds 7, not an object"
-    if problem: warn and leave the file out
+    summary, hangs = read_watch_dir(WatchPaths(host_dir), files, warnings)
+    summary.live_scan_complete, [h.culprits for h in hangs]
 """
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+import json
+from dataclasses import replace
+from pathlib import Path
 
-from grpo_doctor.schema.field_checks import MAX_WORLD_SIZE, within_depth
-from grpo_doctor.schema.stacks import ThreadStack
+from grpo_doctor.schema.json_shapes import FormatError
+from grpo_doctor.schema.run_paths import WatchPaths
+from grpo_doctor.schema.watch_files import HangReport, WatchSummary
 
-# Far deeper than watch writes (a stack's frames are 4 levels down), far shallower than a recursion limit.
-MAX_DEPTH = 16
-
-Check = Callable[[Any], bool]
-
-
-def _opt(*types: type) -> Check:
-    return lambda v: v is None or (type(v) in types)
+# watch writes a summary or hang report of a few hundred KB at most; a larger one is not read whole.
+MAX_WATCH_JSON_BYTES = 64 * 2**20
 
 
-_int, _num, _str, _bool = _opt(int), _opt(int, float), _opt(str), _opt(bool)
+def read_watch_dir(watch: WatchPaths, files: dict[str, Path],
+                   warnings: list[str]) -> tuple[WatchSummary | None, list[HangReport]]:
+    """The summary (None when absent or unreadable) and the hang reports in order, of one host's
+    watch directory; `files` are its regular files by name. A report without a host takes the
+    directory's name."""
+    summary_file = files.get(watch.summary_json.name)
+    summary = read_summary(summary_file, warnings) if summary_file is not None else None
+    numbered = [(n, path) for path in files.values() if (n := WatchPaths.hang_number(path)) is not None]
+    hangs = []
+    for _, path in sorted(numbered, key=lambda item: item[0]):
+        report = read_hang_report(path, warnings)
+        if report is not None:
+            hangs.append(report if report.host else replace(report, host=watch.root.name))
+    return summary, hangs
 
 
-def _list_of(check: Check) -> Check:
-    return lambda v: v is None or (type(v) is list and all(check(x) and x is not None for x in v))
-
-
-def _is_rank(value: Any) -> bool:
-    """A rank as watch writes it: an int, or its decimal digits as an object key."""
-    if type(value) is str:
-        if not value.isdecimal() or len(value) > 7:
-            return False
-        value = int(value)
-    return type(value) is int and 0 <= value < MAX_WORLD_SIZE
-
-
-def _by_rank(fields: dict[str, Check] | None = None, value: Check | None = None) -> Check:
-    """An object {rank: value}: each value an object whose `fields` have their types, or `value`."""
-    def check(v: Any) -> bool:
-        if v is None:
-            return True
-        if type(v) is not dict or not all(_is_rank(k) for k in v):
-            return False
-        if value is not None:
-            return all(value(x) for x in v.values())
-        return all(type(x) is dict and _fields_problem(x, fields or {}) is None for x in v.values())
-    return check
-
-
-def _thread(value: Any) -> bool:
-    if value is None:
-        return True
-    if type(value) is not dict or not all(type(f) is dict and type(f.get("function")) is str
-                                          and type(f.get("filename")) is str for f in value.get("frames") or []):
-        return False
+def read_summary(path: Path, warnings: list[str]) -> WatchSummary | None:
+    """A summary.json as watch writes it, else None and one warning naming the problem."""
+    data = _read_json(path, warnings)
+    if data is _UNREAD:
+        return None
     try:
-        ThreadStack.from_dict(value)
-    except (KeyError, TypeError, ValueError):
-        return False
-    return True
+        return WatchSummary.from_dict(data)
+    except FormatError as exc:
+        warnings.append(f"{path}: not as watch writes it ({exc}); left out")
+        return None
 
 
-_SUMMARY_RANK = {"pid": _int, "step": _int, "open_phase": _str, "ended": _str, "error": _str, "gone": _str}
-SUMMARY_FIELDS: dict[str, Check] = {
-    "host": _str, "end_t": _num, "command_status": _int, "exit_status": _int, "command_result": _str,
-    "hang_ended_by_watch": _bool, "num_hangs": _int, "ranks": _by_rank(_SUMMARY_RANK),
-    "signatures": lambda v: v is None or (type(v) is dict and all(type(n) is int for n in v.values())),
-    "bad_event_lines": _int, "live_scan_complete": _bool, "live_scan_skipped_bytes": _int,
-}
-_HANG_RANK = {"pid": _int, "step": _int, "open_phase": _str, "idle_s": _num, "timeout_s": _num, "verdict": _str}
-HANG_FIELDS: dict[str, Check] = {
-    "host": _str, "detected_t": _num, "ranks": _by_rank(_HANG_RANK), "groups": _list_of(_str),
-    "culprits": _list_of(_is_rank), "odd_ranks": _list_of(_is_rank), "stack_dirs": _list_of(_str),
-    "stack_errors": _by_rank(value=_str), "ptrace_denied": _bool, "flight_recorder_files": _list_of(_str),
-    "gpus": _list_of(lambda g: type(g) is dict), "stacks": _by_rank(value=_thread),
-}
+def read_hang_report(path: Path, warnings: list[str]) -> HangReport | None:
+    """A hang-N.json as watch writes it (its `file` set to `path`), else None and one warning."""
+    data = _read_json(path, warnings)
+    if data is _UNREAD:
+        return None
+    try:
+        return HangReport.from_dict(data, file=str(path))
+    except FormatError as exc:
+        warnings.append(f"{path}: not as watch writes it ({exc}); left out")
+        return None
 
 
-def summary_problem(data: Any) -> str | None:
-    """What keeps a summary.json from being read, or None."""
-    return _file_problem(data, SUMMARY_FIELDS)
+_UNREAD = object()
 
 
-def hang_problem(data: Any) -> str | None:
-    """What keeps a hang-N.json from being read, or None."""
-    return _file_problem(data, HANG_FIELDS)
+def _read_json(path: Path, warnings: list[str]) -> object:
+    try:
+        if path.stat().st_size > MAX_WATCH_JSON_BYTES:
+            warnings.append(f"{path}: {path.stat().st_size} bytes, more than watch writes; left out")
+            return _UNREAD
+        return json.loads(path.read_text(errors="replace"))
+    except RecursionError:
+        warnings.append(f"{path}: cannot be read (JSON nested too deeply); left out")
+    except (OSError, ValueError) as exc:
+        warnings.append(f"{path}: cannot be read ({exc}); left out")
+    return _UNREAD
 
-
-def _file_problem(data: Any, fields: dict[str, Check]) -> str | None:
-    if type(data) is not dict:
-        return f"holds {_json_type(data)}, not an object"
-    if not within_depth(data, MAX_DEPTH):
-        return f"nested more than {MAX_DEPTH} levels deep"
-    return _fields_problem(data, fields)
-
-
-def _fields_problem(data: dict, fields: dict[str, Check]) -> str | None:
-    for name, check in fields.items():
-        if name in data and not check(data[name]):
-            return f"field {name} is {_json_type(data[name])} of an unexpected shape"
-    return None
-
-
-def _json_type(value: Any) -> str:
-    names = {type(None): "null", bool: "a boolean", int: "a number", float: "a number", str: "a string",
-             list: "an array", dict: "an object"}
-    return names.get(type(value), type(value).__name__)

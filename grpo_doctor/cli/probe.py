@@ -23,17 +23,11 @@ from grpo_doctor.cli.errors import UserError
 from grpo_doctor.logs.terminal_text import terminal_safe
 from grpo_doctor.probe import table
 from grpo_doctor.probe.options import ProbeOptions, add_measure_arguments, options_from_args, port_problem
-from grpo_doctor.probe.results import (
-    COLLECTIVES_FILE,
-    NodeReport,
-    Problem,
-    node_file_name,
-    probe_dir,
-    write_json,
-)
-from grpo_doctor.probe.settings import SettingsError
+from grpo_doctor.probe.results import write_json
 from grpo_doctor.probe.verdict import exit_status
 from grpo_doctor.probe.worker import NODES_CHECKED_ENV
+from grpo_doctor.schema import RunPaths
+from grpo_doctor.schema.probe_results import NodeReport
 
 EPILOG = """\
 exit status: 0 nothing found that would stop the job (warnings such as a slow link may be printed);
@@ -48,11 +42,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("probe", help="check nodes, settings and collectives before training",
                        description=__doc__.split("\n\n")[0], epilog=EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--nproc-per-node", type=int, default=None, help="ranks to start on this node ($NPROC_PER_NODE)")
-    p.add_argument("--nnodes", type=int, default=None, help="number of nodes ($NNODES, default 1)")
-    p.add_argument("--node-rank", type=int, default=None, help="this node's rank ($NODE_RANK, default 0)")
-    p.add_argument("--master-addr", default=None, help="node 0's address ($MASTER_ADDR; 127.0.0.1 on one node)")
-    p.add_argument("--master-port", type=int, default=None, help="($MASTER_PORT, default 29500)")
+    # A flag wins over its variable; the variable over the default.
+    p.add_argument("--nproc-per-node", type=int, default=None,
+                   help="ranks to start on this node (default: $NPROC_PER_NODE; the flag or the variable is needed)")
+    p.add_argument("--nnodes", type=int, default=None, help="number of nodes (default: $NNODES, else 1)")
+    p.add_argument("--node-rank", type=int, default=None, help="this node's rank (default: $NODE_RANK, else 0)")
+    p.add_argument("--master-addr", default=None,
+                   help="node 0's address (default: $MASTER_ADDR; 127.0.0.1 on one node)")
+    p.add_argument("--master-port", type=int, default=None,
+                   help="node 0's rendezvous port (default: $MASTER_PORT, else 29500)")
     p.add_argument("--json", action="store_true", help="print the results as one JSON object on stdout")
     add_measure_arguments(p)
     p.set_defaults(run=run)
@@ -68,10 +66,7 @@ def run(args: argparse.Namespace) -> int:
     except ImportError as exc:
         raise UserError(f"grpo-doctor probe needs torch ({exc})",
                         "pip install 'grpo-doctor[train]' (or torch) on every node") from None
-    try:
-        opts = options_from_args(args, os.environ, started_mono=started_mono)
-    except SettingsError as exc:
-        raise UserError(str(exc), "see grpo-doctor probe --help") from exc
+    opts = options_from_args(args, os.environ, started_mono=started_mono)  # SettingsError: a DoctorError
     out = sys.stderr if args.json else sys.stdout
 
     def say(line: str) -> None:
@@ -80,19 +75,19 @@ def run(args: argparse.Namespace) -> int:
     say(f"grpo-doctor probe: node {spec.node_rank} of {spec.nnodes}, {spec.nproc_per_node} rank(s), "
         f"master {spec.master_addr}:{spec.master_port}")
     report = run_node_checks(spec, opts, say)
-    node_path = probe_dir(opts.run_dir) / node_file_name(spec.node_rank, report.host)
-    write_json(node_path, report.to_dict())
+    paths = RunPaths(Path(opts.run_dir))
+    write_json(paths.probe_node_file(spec.node_rank, report.host), report.to_dict())
     for line in _node_lines(report):
         say(line)
-    problems = [Problem.from_dict(p) for p in report.problems]
+    problems = report.problems
     if blocks_collectives(report):
         say("grpo-doctor probe: collectives not run: the nodes cannot form the job")
         status = 1
     else:
         status = max(exit_status(problems), _run_collectives(spec, opts, out))
-    say(table.verdict_line(status, str(probe_dir(opts.run_dir))))
+    say(table.verdict_line(status, str(paths.probe)))
     if args.json:
-        collectives = probe_dir(opts.run_dir) / COLLECTIVES_FILE
+        collectives = paths.probe_collectives
         print(json.dumps({"status": status, "node": report.to_dict(),
                           "collectives": json.loads(collectives.read_text()) if collectives.is_file() else None},
                          indent=1, default=str))
@@ -133,16 +128,15 @@ def _node_spec(args: argparse.Namespace, env: os._Environ | dict, NodeSpec: type
 
 def _node_lines(report: NodeReport) -> list[str]:
     pre = report.preflight
-    gpus = "no NVIDIA driver (gloo on CPU)" if pre.get("gpus_visible") is None else f"{pre['gpus_visible']} GPU(s) visible"
-    ifaces = ", ".join(f"{n} {'/'.join(a) or '-'}" for n, a in pre.get("interfaces", {}).items())
-    lines = [f"  master {pre['master_addr']}:{pre['master_port']} resolves to {', '.join(pre['resolved']) or '-'}; "
-             f"{pre['connect']} ({pre['connect_detail']}); route from {pre.get('route_address') or '-'}",
+    gpus = "no NVIDIA driver (gloo on CPU)" if pre.gpus_visible is None else f"{pre.gpus_visible} GPU(s) visible"
+    ifaces = ", ".join(f"{n} {'/'.join(a) or '-'}" for n, a in pre.interfaces.items())
+    lines = [f"  master {pre.master_addr}:{pre.master_port} resolves to {', '.join(pre.resolved) or '-'}; "
+             f"{pre.connect} ({pre.connect_detail}); route from {pre.route_address or '-'}",
              f"  interfaces: {ifaces or 'none'}; {gpus}"]
     if report.arrived:
         lines.append(f"  nodes joined: {', '.join(f'{n} ({h})' for n, h in sorted(report.arrived.items()))} "
                      f"after {report.waited_s or 0:.1f} s")
-    problems = [Problem.from_dict(p) for p in report.problems]
-    return lines + (table.problem_lines(problems) if problems else [])
+    return lines + (table.problem_lines(report.problems) if report.problems else [])
 
 
 def _run_collectives(spec, opts: ProbeOptions, out) -> int:

@@ -59,11 +59,11 @@ def run_node_checks(spec: NodeSpec, opts: ProbeOptions, say: Callable[[str], Non
                              gpus=pre.gpus_visible, expect=opts.expect, args=opts.args)
     settings["MASTER_ADDR"], settings["MASTER_PORT"] = spec.master_addr, spec.master_port
     base = dict(node_rank=spec.node_rank, host=host, nnodes=spec.nnodes, nproc_per_node=spec.nproc_per_node,
-                preflight=pre.to_dict(), settings=settings, versions=collect_versions(nvml), t=time.time(),
+                preflight=pre, settings=settings, versions=collect_versions(nvml), t=time.time(),
                 rdzv_timeout_s=opts.rdzv_timeout_s)
-    problems = [Problem.from_dict(p) for p in pre.problems]
+    problems = list(pre.problems)
     if pre.connect not in (REACHABLE, PORT_FREE):
-        return NodeReport(**base, problems=[p.to_dict() for p in problems], waited_s=time.monotonic() - started)
+        return NodeReport(**base, problems=problems, waited_s=time.monotonic() - started)
     try:
         store = _open_store(spec, max(1.0, deadline - time.monotonic()))
     except Exception as exc:  # noqa: BLE001 - DistNetworkError, DistStoreError, TimeoutError
@@ -73,12 +73,13 @@ def run_node_checks(spec: NodeSpec, opts: ProbeOptions, say: Callable[[str], Non
                     f"{str(exc).splitlines()[0]}",
             hint="Check that node 0 is running and that MASTER_PORT is free there.", nodes=[spec.node_rank],
             hosts=[host]))
-        return NodeReport(**base, problems=[p.to_dict() for p in problems], waited_s=time.monotonic() - started)
+        return NodeReport(**base, problems=problems, waited_s=time.monotonic() - started)
 
     def note_wait(missing: list[int], left_s: float) -> None:
         say(f"grpo-doctor probe: waiting for node(s) {format_ranks(missing)} ({left_s:.0f} s left)")
 
-    payload = {k: base[k] for k in ("host", "nnodes", "nproc_per_node", "settings", "versions", "preflight")}
+    payload = {**{k: base[k] for k in ("host", "nnodes", "nproc_per_node", "settings", "versions")},
+               "preflight": pre.to_dict()}
     got = gather_over_store(store, PREFIX, me=spec.node_rank, expected=range(spec.nnodes), payload=payload,
                             deadline_mono=deadline, on_wait=note_wait)
     finish_together(store, PREFIX, me=spec.node_rank, members=sorted(got.payloads), is_server=is_master)
@@ -91,16 +92,16 @@ def run_node_checks(spec: NodeSpec, opts: ProbeOptions, say: Callable[[str], Non
     problems = list({(p.id, p.message): p for p in problems}.values())
     return NodeReport(**base, arrived={str(n): p["host"] for n, p in posts.items()}, missing_nodes=got.missing,
                       missing_ranks=_ranks_of(got.missing, spec.nproc_per_node), waited_s=got.waited_s,
-                      problems=[p.to_dict() for p in problems])
+                      problems=problems)
 
 
 def blocks_collectives(report: NodeReport) -> bool:
     """True when torchrun could not form the job: a node missing or unreachable, or settings
     that decide the rendezvous differ."""
     for p in report.problems:
-        if p["severity"] != "critical":
+        if p.severity != "critical":
             continue
-        if p["id"] == "rendezvous-failure" or (p["id"] == "config-mismatch" and p["message"].startswith(BLOCKING)):
+        if p.id == "rendezvous-failure" or (p.id == "config-mismatch" and p.message.startswith(BLOCKING)):
             return True
     return False
 

@@ -69,7 +69,7 @@ def run_preflight(master_addr: str, master_port: int, *, is_master: bool, nproc_
                  "(CUDA_VISIBLE_DEVICES)."))
     return Preflight(master_addr=master_addr, master_port=master_port, resolved=resolved, connect=connect,
                      connect_detail=detail, route_address=route, interfaces=ifaces, gpus_visible=gpus,
-                     problems=[p.to_dict() for p in problems])
+                     problems=problems)
 
 
 def resolve(name: str, timeout_s: float = RESOLVE_TIMEOUT_S) -> tuple[list[str], str]:

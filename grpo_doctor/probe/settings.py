@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from grpo_doctor.schema.errors import DoctorError
+
 COMPARED_PREFIXES = ("NCCL_", "TORCH_", "GLOO_", "CUDA_DEVICE_ORDER", "OMP_NUM_THREADS")
 # Variables under those prefixes that are per process or per node by design.
 PER_PROCESS = frozenset({"TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "TORCH_FR_DUMP_TEMP_FILE"})
@@ -28,8 +30,10 @@ CRITICAL = frozenset({"NNODES", "NPROC_PER_NODE", "WORLD_SIZE", "MASTER_ADDR", "
                       "CUDA_VISIBLE_DEVICES (count)", "GPUs visible", "local_world_size"})
 
 
-class SettingsError(ValueError):
+class SettingsError(DoctorError, ValueError):
     """A bad --expect or argument file; the message names it and says what is expected."""
+
+    hint = "see grpo-doctor probe --help"
 
 
 def parse_expect(items: list[str] | None) -> dict[str, str]:

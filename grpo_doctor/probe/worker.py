@@ -17,16 +17,18 @@ import socket
 import sys
 import time
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from grpo_doctor.probe import table
 from grpo_doctor.probe.consistency import compare_nodes
 from grpo_doctor.probe.options import ProbeOptions, add_measure_arguments, options_from_args
-from grpo_doctor.probe.results import COLLECTIVES_FILE, CollectivesReport, Problem, probe_dir, write_json
+from grpo_doctor.probe.results import CollectivesReport, Problem, write_json
 from grpo_doctor.probe.settings import SettingsError, node_settings
 from grpo_doctor.probe.stage_guard import StageGuard
 from grpo_doctor.probe.store_gather import finish_together, gather_over_store
 from grpo_doctor.probe.verdict import collective_problems, exit_status
+from grpo_doctor.schema import RunPaths
 from grpo_doctor.schema.ranks import format_ranks
 
 NODES_CHECKED_ENV = "GRPO_DOCTOR_PROBE_NODES_CHECKED"  # set by `grpo-doctor probe`: nodes already compared
@@ -117,7 +119,7 @@ class RankProbe:
                 settings={str(r): s for r, s in settings.items()}, versions={str(r): v for r, v in versions.items()},
                 checks=[{"rank": r, **c} for r, res in per_rank.items() for c in res.get("checks", [])],
                 sweep=per_rank.get(0, {}).get("sweep", []), links=summary["links"],
-                rdzv_timeout_s=self.opts.rdzv_timeout_s, problems=[p.to_dict() for p in problems], t=time.time())
+                rdzv_timeout_s=self.opts.rdzv_timeout_s, problems=list(problems), t=time.time())
             where = self._write(report)
             checks = {r: res.get("checks", []) for r, res in per_rank.items()}
             lines = [table.check_line(checks), *table.sweep_lines(report.sweep), *table.link_lines(summary),
@@ -189,7 +191,7 @@ class RankProbe:
                 backend="", world_size=self.world_size, hosts={str(r): p["host"] for r, p in posts.items()},
                 settings={str(r): p["settings"] for r, p in posts.items()},
                 versions={str(r): p["versions"] for r, p in posts.items()}, missing_ranks=missing,
-                rdzv_timeout_s=self.opts.rdzv_timeout_s, problems=[problem.to_dict()], t=time.time())
+                rdzv_timeout_s=self.opts.rdzv_timeout_s, problems=[problem], t=time.time())
             where = self._write(report)
             print("\n".join([*table.problem_lines([problem]), table.verdict_line(1, where)]), flush=True)
 
@@ -229,7 +231,7 @@ class RankProbe:
         return out
 
     def _write(self, report: CollectivesReport) -> str:
-        path = probe_dir(self.opts.run_dir) / COLLECTIVES_FILE
+        path = RunPaths(Path(self.opts.run_dir)).probe_collectives
         try:
             write_json(path, report.to_dict())
         except OSError as exc:

@@ -44,7 +44,7 @@ def dump_on_oom(paths: RunPaths, rank: int) -> str | None:
         return None
     import torch
 
-    target = paths.memory / f"rank-{rank:05d}-oom.pickle"
+    target = paths.oom_memory_dump(rank)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         torch.cuda.memory._dump_snapshot(str(target))

@@ -6,6 +6,10 @@ one part and read back by another, and where in a run directory it lives.
 - `stacks`: Python stacks as py-spy shows them (live captures and stacks parsed from logs)
 - `field_checks`: bounds on what a record read back may hold
 - `ranks`: rank lists as people write them ("0-3,5")
+- `watch_files`: watch's hang reports (`HangReport`) and summary (`WatchSummary`) under supervisor/<host>/
+- `run_info`: run.json (`RunInfo`, one `WatchHost` per node's watch)
+- `probe_results`: `grpo-doctor probe`'s node reports and collectives file, and their `Problem`s
+- `json_shapes`: the shape checks their `from_dict` make on a file read back (`FormatError`)
 
 Typical use:
     from grpo_doctor.schema import PhaseBegin, RunPaths, record_from_dict

@@ -4,6 +4,8 @@ Typical use:
     paths = RunPaths(Path("runs/job-17"))
     paths.rank_file(3)              # runs/job-17/ranks/rank-00003.jsonl
     paths.supervisor_host("node-1") # runs/job-17/supervisor/node-1
+    paths.watch_files("node-1").hang_report(2)   # runs/job-17/supervisor/node-1/hang-2.json
+    paths.probe_node_file(0, "node-1")           # runs/job-17/probe/node-000-node-1.json
 """
 from __future__ import annotations
 
@@ -42,12 +44,115 @@ class RunPaths:
     def supervisor(self) -> Path:
         return self.root / "supervisor"
 
+    @property
+    def probe(self) -> Path:
+        """`grpo-doctor probe`'s results: one file per node, and the ranks' collectives file."""
+        return self.root / "probe"
+
+    @property
+    def probe_collectives(self) -> Path:
+        return self.probe / PROBE_COLLECTIVES_FILE
+
+    def probe_node_file(self, node_rank: int, host: str) -> Path:
+        return self.probe / f"node-{node_rank:03d}-{host_dir_name(host)}.json"
+
+    @property
+    def findings_json(self) -> Path:
+        return self.root / "findings.json"
+
+    @property
+    def report_html(self) -> Path:
+        return self.root / "report.html"
+
+    @property
+    def run_json_lock(self) -> Path:
+        """Held while a watch adds its host to run.json (several nodes may share one run directory)."""
+        return self.root / ".run.json.lock"
+
     def supervisor_host(self, host: str) -> Path:
         """supervisor/<host>/, the host name made safe as one path component (see host_dir_name)."""
         return self.supervisor / host_dir_name(host)
 
+    def watch_files(self, host: str) -> WatchPaths:
+        """The files one host's watch writes, under supervisor_host(host)."""
+        return WatchPaths(self.supervisor_host(host))
+
     def rank_file(self, rank: int) -> Path:
         return self.ranks / f"rank-{rank:05d}.jsonl"
+
+    def hang_stacks(self, label: str) -> tuple[Path, Path]:
+        """stacks/hang-<label>-a and -b: every rank's stacks at the first and the second look at a hang."""
+        return self.stacks / f"hang-{label}-a", self.stacks / f"hang-{label}-b"
+
+    def rank_files(self) -> list[Path]:
+        """The rank files there are now, in name order (none without ranks/)."""
+        return sorted(self.ranks.glob("rank-*.jsonl"))
+
+    def oom_memory_dump(self, rank: int) -> Path:
+        """The allocator's memory history a rank dumps when it runs out of GPU memory."""
+        return self.memory / f"rank-{rank:05d}-oom.pickle"
+
+
+PROBE_COLLECTIVES_FILE = "collectives.json"
+_SIGNATURES_FILE = "signatures.jsonl"
+# A node's probe file (RunPaths.probe_node_file), not a node's log such as node-1.log.
+PROBE_NODE_FILE = re.compile(r"node-\d{3,}-.+\.json")
+
+
+@dataclass(frozen=True)
+class WatchPaths:
+    """The files of one host's watch: supervisor/<host>/ (RunPaths.watch_files)."""
+
+    root: Path
+
+    @property
+    def summary_json(self) -> Path:
+        return self.root / "summary.json"
+
+    @property
+    def samples(self) -> Path:
+        return self.root / "samples.jsonl"
+
+    @property
+    def signatures(self) -> Path:
+        """The failure messages watch found in the job's output as it ran (logs/signatures.py's Signature)."""
+        return self.root / _SIGNATURES_FILE
+
+    @staticmethod
+    def is_signatures_file(path: str | Path) -> bool:
+        """Whether a source is watch's signatures file (not a raw log that an excerpt can be read from)."""
+        return Path(path).name == _SIGNATURES_FILE
+
+    @property
+    def stdout_log(self) -> Path:
+        return self.root / "stdout.log"
+
+    @property
+    def stderr_log(self) -> Path:
+        return self.root / "stderr.log"
+
+    @property
+    def errors_log(self) -> Path:
+        """watch's own internal errors (tracebacks), never the job's."""
+        return self.root / "watch-errors.log"
+
+    @property
+    def lock(self) -> Path:
+        return self.root / ".watch.lock"
+
+    def hang_report(self, number: int) -> Path:
+        """The report of the number-th hang (from 1)."""
+        return self.root / f"hang-{number}.json"
+
+    @staticmethod
+    def hang_number(path: Path) -> int | None:
+        """N for a hang-N.json (0 where N is no number: a copy such as hang-1-old.json is read too, first),
+        None for a file that is no hang report."""
+        name = Path(path).name
+        if not (name.startswith("hang-") and name.endswith(".json")):
+            return None
+        digits = Path(name).stem.rpartition("-")[2]
+        return int(digits) if digits.isdigit() else 0
 
 
 _UNSAFE_IN_NAME = re.compile(r"[^A-Za-z0-9._-]")

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grpo_doctor.runlog.eventlog import advance_open_phases
+from grpo_doctor.runlog.rank_log import advance_open_phases
 from grpo_doctor.runlog.tail import RankFileTail
 from grpo_doctor.schema import (
     End,

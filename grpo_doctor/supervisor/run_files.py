@@ -3,12 +3,14 @@
 Every write goes through `RunFiles.write`: a failure (a full disk, a read-only mount, a missing
 permission) is said once per cause, naming the fix, and supervision goes on with fewer records.
 `claim` takes this host's directory for one watch (a second refuses: two would mix their pids and
-hangs); `add_host_to_run_json` records this host in the run.json that several nodes may share.
+hangs); `add_host_to_run_json` records this host in the run.json (schema/run_info.py) that several
+nodes may share.
 
 Typical use:
-    files = RunFiles(paths, sup_dir, note=console.note)
-    files.write("summary.json", lambda: path.write_text(text))
+    files = RunFiles(paths, paths.supervisor_host(host), note=console.note)
+    files.write(path.name, lambda: path.write_text(text))
     files.claim()                     # raises RunDirBusy when another watch holds it
+    files.add_host_to_run_json(RunInfo(command=("torchrun", "train.py"), hosts={host: WatchHost(pid=4711)}))
 """
 from __future__ import annotations
 
@@ -17,13 +19,18 @@ import json
 import os
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from grpo_doctor.schema import RunPaths
+from grpo_doctor.schema.errors import DoctorError
+from grpo_doctor.schema.json_shapes import FormatError
+from grpo_doctor.schema.run_info import RunInfo
+from grpo_doctor.schema.run_paths import WatchPaths
 
 
-class RunDirBusy(Exception):
+class RunDirBusy(DoctorError):
     """Another watch on this host already supervises a job into this run directory."""
 
     def __init__(self, message: str, hint: str) -> None:
@@ -57,7 +64,7 @@ class RunFiles:
         """One watch per host and run directory. The lock is held until watch exits (the kernel drops
         it even after SIGKILL)."""
         try:
-            self._lock_file = open(self.sup_dir / ".watch.lock", "a+")  # noqa: SIM115 - held for watch's life
+            self._lock_file = open(WatchPaths(self.sup_dir).lock, "a+")  # noqa: SIM115 - held for watch's life
         except OSError:
             return  # an unwritable run directory: nothing of ours can collide there
         try:
@@ -74,18 +81,22 @@ class RunFiles:
         except OSError:
             pass
 
-    def add_host_to_run_json(self, host: str, defaults: dict[str, Any], host_entry: dict[str, Any]) -> None:
-        """Add this host to run.json (`defaults` only where the file has no such key yet), under a lock:
-        the watches of several nodes may share one run directory."""
+    def add_host_to_run_json(self, info: RunInfo) -> None:
+        """Add this host (`info.hosts`) to run.json, under a lock: the watches of several nodes may share
+        one run directory. Command, start and version stay those of the first watch; a run.json that
+        cannot be read (damaged, not as watch writes it) is said and written anew."""
         self.paths.root.mkdir(parents=True, exist_ok=True)
-        with open(self.paths.root / ".run.json.lock", "w") as lock:
+        with open(self.paths.run_json_lock, "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
             run_json = self.paths.run_json
-            data = json.loads(run_json.read_text()) if run_json.exists() else {}
-            data.setdefault("start_t", time.time())
-            for key, value in defaults.items():
-                data.setdefault(key, value)
-            data.setdefault("hosts", {})[host] = host_entry
+            if info.start_t is None:
+                info = replace(info, start_t=time.time())
+            try:
+                if run_json.exists():
+                    info = RunInfo.from_dict(json.loads(run_json.read_text(errors="replace"))).joined_by(info)
+            except (ValueError, RecursionError) as exc:  # FormatError is a ValueError, as JSON's errors are
+                why = exc if isinstance(exc, FormatError) else "not JSON"
+                self._note(f"{run_json} cannot be read ({why}); written anew with this host only")
             partial = run_json.with_suffix(f".{self.sup_dir.name}.tmp")
-            partial.write_text(json.dumps(data, indent=2))
+            partial.write_text(json.dumps(info.to_dict(), indent=2))
             partial.replace(run_json)

@@ -80,7 +80,7 @@ def test_a_raw_log_gives_both_its_failure_messages_and_its_metric_rows(tmp_path)
                    + "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
                      "capacity of 79.15 GiB of which 1.05 GiB is free.\n")
     ev = load_evidence([log])
-    assert "cuda-oom" in set(ev.signatures["kind"])
+    assert "cuda-oom" in {row["kind"] for row in ev.signature_rows}
     [metrics] = ev.metric_logs
     assert (metrics.format, metrics.num_rows) == ("trl-console", 1)
 

@@ -32,8 +32,10 @@ def test_a_watched_run_without_rank_files_and_raw_logs_are_read(tmp_path):
     sig_dir.joinpath("signatures.jsonl").write_text(json.dumps(
         {"kind": "nccl-timeout", "rank": 0, "line_number": 3, "text": "t", "fields": {"seq": 5}}) + "\nnot json\n")
     ev = load_evidence([tmp_path, LOGS / "torchrun_nccl_timeout.log"])
-    assert ev.run is None and ev.hangs[0]["host"] == "node-9"
-    kinds = ev.signatures.groupby("source").kind.apply(set).to_dict()
+    assert ev.run is None and ev.hangs[0].host == "node-9"
+    kinds: dict[str, set[str]] = {}
+    for row in ev.signature_rows:
+        kinds.setdefault(row["source"], set()).add(row["kind"])
     assert "nccl-timeout" in kinds[str(sig_dir / "signatures.jsonl")]
     assert "child-failed" in kinds[str(LOGS / "torchrun_nccl_timeout.log")]
     assert any("unreadable" in w for w in ev.warnings)
@@ -46,7 +48,7 @@ def test_binary_and_empty_files_are_tolerated(tmp_path):
 
 def test_a_directory_of_plain_logs_is_scanned(tmp_path):
     shutil.copy(LOGS / "cuda_oom_variants.log", tmp_path)
-    assert "cuda-oom" in set(load_evidence([tmp_path]).signatures.kind)
+    assert "cuda-oom" in {row["kind"] for row in load_evidence([tmp_path]).signature_rows}
 
 
 def test_a_missing_path_is_one_message_with_a_hint(tmp_path):

@@ -5,7 +5,7 @@ from grpo_doctor.analysis.rules import hang
 
 
 def _report(host="node-0"):
-    # The shape grpo_doctor.supervisor.hang.HangReport.to_dict writes.
+    # The shape grpo_doctor.schema.watch_files.HangReport.to_dict writes.
     return {
         "host": host, "detected_t": 1700000000.0,
         "ranks": {"0": {"pid": 11, "verdict": "stuck", "open_phase": "reward", "step": 2, "idle_s": 31.0,

@@ -11,8 +11,9 @@ from grpo_doctor.probe.consistency import compare_nodes, odd_ones
 from grpo_doctor.probe.links import rounds, slow_hosts, slow_links, slow_ranks
 from grpo_doctor.probe.options import parse_sizes
 from grpo_doctor.probe.preflight import check_ifname
-from grpo_doctor.probe.results import NodeReport, Problem, write_json
+from grpo_doctor.probe.results import write_json
 from grpo_doctor.probe.settings import SettingsError, parse_expect, read_args_file
+from grpo_doctor.schema.probe_results import NodeReport, Preflight, Problem
 
 IFACES = {"lo": ["127.0.0.1"], "eth0": ["10.0.0.2"], "ib0": ["192.168.1.2"], "docker0": []}
 
@@ -107,8 +108,8 @@ def test_a_corrupt_probe_file_is_a_warning_and_the_others_still_count(tmp_path):
     probe = tmp_path / "run" / "probe"
     problem = Problem(id="config-mismatch", severity="critical", message="NNODES differs", hint="same NNODES",
                       nodes=[1], hosts=["n1"])
-    node = NodeReport(node_rank=0, host="n0", nnodes=2, nproc_per_node=8, preflight={}, settings={}, versions={},
-                      problems=[problem.to_dict()])
+    node = NodeReport(node_rank=0, host="n0", nnodes=2, nproc_per_node=8, preflight=Preflight(), settings={},
+                      versions={}, problems=[problem])
     write_json(probe / "node-000-n0.json", node.to_dict())
     write_json(probe / "node-001-n1.json", {**node.to_dict(), "node_rank": 1, "host": "n1"})  # the same problem
     (probe / "collectives.json").write_text('{"backend": "gloo", "world_')  # cut short

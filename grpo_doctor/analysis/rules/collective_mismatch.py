@@ -46,6 +46,7 @@ from grpo_doctor.checks.stack_groups import collective_call
 from grpo_doctor.logs.fr_match import Call, CollectiveMismatch, GroupMatch, match_dumps
 from grpo_doctor.logs.kinds import NCCL_TIMEOUT
 from grpo_doctor.schema.ranks import format_ranks
+from grpo_doctor.schema.watch_files import HangReport
 
 ID = "collective-mismatch"
 
@@ -145,19 +146,18 @@ def _from_flight_recorder(run: Evidence, cfg: Config) -> Iterator[Finding]:
             yield _missing_finding(run, group, files, host_of)
 
 
-def _from_stacks(run: Evidence, report: dict) -> Iterator[Finding]:
+def _from_stacks(run: Evidence, report: HangReport) -> Iterator[Finding]:
     """watch's stacks at a hang: every rank waits in a collective, not all at the same call site."""
-    if report.get("culprits"):
+    if report.culprits:
         return  # some rank is not in a collective at all: a hang, not a mismatch
     captures = hang_captures(report)
     calls = {c.rank: call for c in captures if (call := collective_call(main_frames(c))) is not None}
     if len(calls) < 2 or len(calls) < len(captures):
         return
-    info = {int(r): i for r, i in (report.get("ranks") or {}).items()}
-    where = {r: (i.get("step"), i.get("open_phase")) for r, i in info.items()}
+    where = {r: (i.step, i.open_phase) for r, i in report.ranks.items()}
     found = mismatched_sites(run, calls, where)
     if found is not None:
-        yield _sites_finding(run, found, calls, where, {"source": "stacks", "hang_file": report.get("file")})
+        yield _sites_finding(run, found, calls, where, {"source": "stacks", "hang_file": report.file})
 
 
 def _from_tracebacks(run: Evidence) -> Iterator[Finding]:

@@ -30,6 +30,7 @@ from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.analysis.rank_progress import collective_failures, completed, rank_positions
 from grpo_doctor.checks.stack_groups import collective_call
 from grpo_doctor.schema.ranks import format_ranks
+from grpo_doctor.schema.watch_files import HangRank
 
 ID = "hang"
 
@@ -78,17 +79,16 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
 
 def _from_watch(run: Evidence) -> Iterator[Finding]:
     for report in run.hangs:
-        ranks_info = {int(r): info for r, info in (report.get("ranks") or {}).items()}
-        culprits = [int(r) for r in report.get("culprits") or []]
-        stuck = [r for r, info in ranks_info.items() if info.get("verdict") == "stuck"]
-        moving = [r for r, info in ranks_info.items() if info.get("verdict") == "moving"]
+        ranks_info = report.ranks
+        culprits = list(report.culprits)
+        stuck, moving = list(report.ranks_with_verdict("stuck")), list(report.ranks_with_verdict("moving"))
         captures = hang_captures(report)
         odd = [] if culprits else _odd_collective_ranks(run, captures, ranks_info)
         named = culprits or odd or stuck or sorted(ranks_info)
-        lead = ranks_info.get(named[0], {}) if named else {}
-        phase, step = lead.get("open_phase"), lead.get("step")
-        idle = [info["idle_s"] for info in ranks_info.values() if isinstance(info.get("idle_s"), int | float)]
-        host = report.get("host")
+        lead = ranks_info.get(named[0], HangRank()) if named else HangRank()
+        phase, step = lead.open_phase, lead.step
+        idle = [info.idle_s for info in ranks_info.values() if info.idle_s is not None]
+        host = report.host or None
         where = f" in {phase}" if phase else ""
         at = f" at step {step}" if step is not None else ""
         stacks = culprit_evidence(captures, culprits or odd)
@@ -103,24 +103,24 @@ def _from_watch(run: Evidence) -> Iterator[Finding]:
         yield Finding(
             id=ID, severity="critical", title=title, ranks=tuple(named), hosts=(host,) if host else (),
             step=step, phase=phase,
-            evidence={"source": "watch", "host": host, "hang_file": report.get("file"), "culprits": culprits,
+            evidence={"source": "watch", "host": host, "hang_file": report.file, "culprits": culprits,
                       "odd_ranks": odd, "stuck_ranks": stuck, "moving_ranks": moving,
-                      "open_phases": {r: info.get("open_phase") for r, info in sorted(ranks_info.items())},
-                      "steps": {r: info.get("step") for r, info in sorted(ranks_info.items())},
-                      "max_idle_s": max(idle) if idle else None, "stack_groups": list(report.get("groups") or []),
+                      "open_phases": {r: info.open_phase for r, info in sorted(ranks_info.items())},
+                      "steps": {r: info.step for r, info in sorted(ranks_info.items())},
+                      "max_idle_s": max(idle) if idle else None, "stack_groups": list(report.groups),
                       **stacks,
-                      "stack_dirs": list(report.get("stack_dirs") or []),
-                      "flight_recorder_files": list(report.get("flight_recorder_files") or [])},
+                      "stack_dirs": list(report.stack_dirs),
+                      "flight_recorder_files": list(report.flight_recorder_files)},
             hints=hints_for(run),
         )
 
 
-def _odd_collective_ranks(run: Evidence, captures: list, ranks_info: dict[int, dict]) -> list[int]:
+def _odd_collective_ranks(run: Evidence, captures: list, ranks_info: dict[int, HangRank]) -> list[int]:
     """Ranks that all wait in collectives, called from different places: the side that called the extra one."""
     calls = {c.rank: call for c in captures if (call := collective_call(main_frames(c))) is not None}
     if len(calls) < 2 or len(calls) < len(captures):
         return []
-    where = {r: (info.get("step"), info.get("open_phase")) for r, info in ranks_info.items()}
+    where = {r: (info.step, info.open_phase) for r, info in ranks_info.items()}
     found = mismatched_sites(run, calls, where)
     return list(found.odd_ranks) if found is not None and found.decided_by != "tie" else []
 

@@ -80,11 +80,10 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
             crashes.setdefault(rank, {"phase": log.open_path, "step": getattr(last, "step", None),
                                       "source": "event-log", "message": "log stops without an end record"})
     for summary in run.summaries.values():
-        for rank_s, info in (summary.get("ranks") or {}).items():
-            if info.get("gone") and not _ended_cleanly(info):
-                entry = crashes.setdefault(int(rank_s), {"phase": info.get("open_phase"), "step": info.get("step"),
-                                                         "source": "watch"})
-                entry.setdefault("message", info["gone"])
+        for rank, info in summary.ranks.items():
+            if info.gone and not info.ended_cleanly:
+                entry = crashes.setdefault(rank, {"phase": info.open_phase, "step": info.step, "source": "watch"})
+                entry.setdefault("message", info.gone)
     from_logs, unranked = crashes_from_logs(run.signature_rows)
     for rank, info in from_logs.items():
         entry = crashes.setdefault(rank, info)
@@ -92,7 +91,7 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
             for key, value in info.items():
                 entry.setdefault(key, value)
             entry["exitcode"] = info.get("exitcode", entry.get("exitcode"))
-    if any(s.get("hang_ended_by_watch") for s in run.summaries.values()):
+    if any(s.hang_ended_by_watch for s in run.summaries.values()):
         # watch ended a hung job: the ranks it stopped, and torchrun's agent that it signalled, are the
         # `hang` finding, not crashes or a stop from outside.
         crashes = {r: info for r, info in crashes.items() if not _collateral(info)}
@@ -190,11 +189,6 @@ def _hints(signal: str | None, exitcode: int | None, info: dict[str, Any] | None
     if signal == "SIGABRT" or exitcode in (-6, 134):
         hints.append(HINTS[2])
     return tuple(hints)
-
-
-def _ended_cleanly(info: dict[str, Any]) -> bool:
-    """watch notes every rank that left, also one that wrote its end record and exited normally."""
-    return info.get("ended") in ("exit", "shutdown") and not info.get("error")
 
 
 def _collateral(info: dict[str, Any]) -> bool:

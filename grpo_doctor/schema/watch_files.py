@@ -1,0 +1,210 @@
+"""What `grpo-doctor watch` leaves in `supervisor/<host>/` for the report to read back: a hang report
+per hang (`hang-N.json`) and the summary written when the job ends (`summary.json`).
+
+watch writes them (`supervisor/hang.py`, `supervisor/summary.py`); the loader reads them back
+(`analysis/watch_files.py`) for the rules and the report. `from_dict` is tolerant the way a reader of
+old or damaged files must be: absent fields take their defaults (a file of an older version), and a
+known field of the wrong shape raises `FormatError` naming it (json_shapes.py), so the file is left out
+with one warning instead of stopping the report.
+
+Typical use:
+    report = HangReport.from_dict(json.loads(path.read_text()))   # FormatError when damaged
+    report.culprits, report.ranks[1].open_phase, report.stacks[1].frames[0].function
+    summary = WatchSummary.from_dict(data); summary.ranks[0].gone, summary.live_scan_complete
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from grpo_doctor.schema.json_shapes import (
+    Check,
+    by_rank,
+    check_object,
+    dict_of,
+    int_keys,
+    is_rank,
+    list_of,
+    opt,
+    str_keys,
+)
+from grpo_doctor.schema.stacks import ThreadStack
+
+_int, _num, _str, _bool = opt(int), opt(int, float), opt(str), opt(bool)
+
+
+def _thread(value: Any) -> bool:
+    """A ThreadStack as to_dict writes it (null where the rank had none)."""
+    if value is None:
+        return True
+    if type(value) is not dict or not all(type(f) is dict and type(f.get("function")) is str
+                                          and type(f.get("filename")) is str for f in value.get("frames") or []):
+        return False
+    try:
+        ThreadStack.from_dict(value)
+    except (KeyError, TypeError, ValueError):
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class HangRank:
+    """One rank at a hang: what its event log said, and what the two looks at its stack showed."""
+
+    pid: int | None = None
+    verdict: str | None = None  # "stuck" (same stack both looks), "moving", "unknown" (no stack)
+    open_phase: str | None = None  # None: no event log, or between phases
+    step: int | None = None
+    idle_s: float | None = None  # since its last record
+    timeout_s: float | None = None  # the stall timeout it was judged by
+
+    FIELDS: ClassVar[dict[str, Check]] = {"pid": _int, "verdict": _str, "open_phase": _str, "step": _int,
+                                          "idle_s": _num, "timeout_s": _num}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"pid": self.pid, "verdict": self.verdict, "open_phase": self.open_phase, "step": self.step,
+                "idle_s": self.idle_s, "timeout_s": self.timeout_s}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> HangRank:
+        return cls(**{k: data.get(k) for k in cls.FIELDS})
+
+
+HANG_FIELDS: dict[str, Check] = {
+    "host": _str, "detected_t": _num, "ranks": by_rank(HangRank.FIELDS), "groups": list_of(_str),
+    "culprits": list_of(is_rank), "odd_ranks": list_of(is_rank), "odd": list_of(is_rank),
+    "stack_dirs": list_of(_str), "stack_errors": by_rank(value=_str), "ptrace_denied": _bool,
+    "flight_recorder_files": list_of(_str), "gpus": list_of(lambda g: type(g) is dict),
+    "stacks": by_rank(value=_thread),
+}
+
+
+@dataclass(frozen=True)
+class HangReport:
+    """`supervisor/<host>/hang-N.json`: every rank when watch found the job making no progress."""
+
+    host: str = ""
+    detected_t: float | None = None  # wall s
+    ranks: dict[int, HangRank] = field(default_factory=dict)
+    groups: tuple[str, ...] = ()  # one line per group of identical stacks
+    culprits: tuple[int, ...] = ()  # the ranks the others wait for
+    odd_ranks: tuple[int, ...] = ()  # ranks outside the largest group of identical stacks
+    stack_dirs: tuple[str, ...] = ()  # the py-spy captures, first look then second
+    stack_errors: dict[int, str] = field(default_factory=dict)  # rank -> why its stack is missing
+    ptrace_denied: bool = False
+    flight_recorder_files: tuple[str, ...] = ()  # names in fr/ at the time
+    gpus: tuple[dict[str, Any], ...] = ()  # the latest GPU samples (supervisor/sampler.py's GpuSample)
+    # rank -> its main thread at the second look, so the rules need not find the capture files (the run
+    # directory may have moved); absent in files written before watch kept them.
+    stacks: dict[int, ThreadStack] = field(default_factory=dict)
+    file: str | None = None  # where it was read from; set by the reader, never written
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "host": self.host, "detected_t": self.detected_t,
+            "ranks": str_keys({r: info.to_dict() for r, info in self.ranks.items()}), "groups": list(self.groups),
+            "culprits": list(self.culprits), "odd_ranks": list(self.odd_ranks), "stack_dirs": list(self.stack_dirs),
+            "stack_errors": str_keys(self.stack_errors), "ptrace_denied": self.ptrace_denied,
+            "flight_recorder_files": list(self.flight_recorder_files), "gpus": list(self.gpus),
+            "stacks": str_keys({r: thread.to_dict() for r, thread in self.stacks.items()}),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any, file: str | None = None) -> HangReport:
+        """Raises FormatError when a known field has the wrong shape."""
+        check_object(data, HANG_FIELDS)
+        odd = data.get("odd_ranks") if data.get("odd_ranks") is not None else data.get("odd")  # "odd" in memory once
+        return cls(
+            host=data.get("host") or "", detected_t=data.get("detected_t"),
+            ranks={r: HangRank.from_dict(info) for r, info in int_keys(data.get("ranks")).items()},
+            groups=tuple(data.get("groups") or ()), culprits=tuple(int(r) for r in data.get("culprits") or ()),
+            odd_ranks=tuple(int(r) for r in odd or ()), stack_dirs=tuple(data.get("stack_dirs") or ()),
+            stack_errors=int_keys(data.get("stack_errors")), ptrace_denied=bool(data.get("ptrace_denied")),
+            flight_recorder_files=tuple(data.get("flight_recorder_files") or ()), gpus=tuple(data.get("gpus") or ()),
+            stacks={r: ThreadStack.from_dict(t) for r, t in int_keys(data.get("stacks")).items() if t},
+            file=file,
+        )
+
+    def ranks_with_verdict(self, verdict: str) -> tuple[int, ...]:
+        """The ranks whose second look gave this verdict ("stuck", "moving")."""
+        return tuple(r for r, info in self.ranks.items() if info.verdict == verdict)
+
+
+@dataclass(frozen=True)
+class WatchedRank:
+    """One rank as watch last saw it."""
+
+    pid: int | None = None
+    step: int | None = None
+    open_phase: str | None = None
+    ended: str | None = None  # its end record's reason: "exit", "shutdown", "exception", "signal"
+    error: str | None = None  # its last error record, "RuntimeError in rollout"
+    gone: str | None = None  # how its process left without a clean end, as watch saw it
+
+    FIELDS: ClassVar[dict[str, Check]] = {"pid": _int, "step": _int, "open_phase": _str, "ended": _str,
+                                          "error": _str, "gone": _str}
+
+    @property
+    def ended_cleanly(self) -> bool:
+        """watch notes every rank that left, also one that wrote its end record and exited normally."""
+        return self.ended in ("exit", "shutdown") and not self.error
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"pid": self.pid, "step": self.step, "open_phase": self.open_phase, "ended": self.ended,
+                "error": self.error, "gone": self.gone}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> WatchedRank:
+        return cls(**{k: data.get(k) for k in cls.FIELDS})
+
+
+SUMMARY_FIELDS: dict[str, Check] = {
+    "host": _str, "end_t": _num, "command_status": _int, "exit_status": _int, "command_result": _str,
+    "hang_ended_by_watch": _bool, "num_hangs": _int, "ranks": by_rank(WatchedRank.FIELDS),
+    "signatures": dict_of(lambda n: type(n) is int), "bad_event_lines": _int, "live_scan_complete": _bool,
+    "live_scan_skipped_bytes": _int,
+}
+
+
+@dataclass(frozen=True)
+class WatchSummary:
+    """`supervisor/<host>/summary.json`: how the job ended, as watch saw it on this host."""
+
+    host: str = ""
+    end_t: float | None = None  # wall s
+    command_status: int | None = None  # as subprocess reports it: -N for a signal; None if never started
+    exit_status: int | None = None  # what watch exited with (124 when it ended a hung job)
+    command_result: str | None = None  # "exit status 1", "killed by SIGKILL"
+    hang_ended_by_watch: bool = False
+    num_hangs: int = 0
+    ranks: dict[int, WatchedRank] = field(default_factory=dict)
+    signatures: dict[str, int] = field(default_factory=dict)  # failure kind -> times seen in the output
+    bad_event_lines: int = 0
+    # False: part of the output was not scanned live (the job outran the scanner); the report scans the
+    # saved output instead. Files of versions before the live scan count as complete.
+    live_scan_complete: bool = True
+    live_scan_skipped_bytes: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "host": self.host, "end_t": self.end_t, "command_status": self.command_status,
+            "exit_status": self.exit_status, "command_result": self.command_result,
+            "hang_ended_by_watch": self.hang_ended_by_watch, "num_hangs": self.num_hangs,
+            "ranks": str_keys({r: info.to_dict() for r, info in self.ranks.items()}),
+            "signatures": dict(self.signatures), "bad_event_lines": self.bad_event_lines,
+            "live_scan_complete": self.live_scan_complete, "live_scan_skipped_bytes": self.live_scan_skipped_bytes,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any) -> WatchSummary:
+        """Raises FormatError when a known field has the wrong shape."""
+        check_object(data, SUMMARY_FIELDS)
+        return cls(
+            host=data.get("host") or "", end_t=data.get("end_t"), command_status=data.get("command_status"),
+            exit_status=data.get("exit_status"), command_result=data.get("command_result"),
+            hang_ended_by_watch=bool(data.get("hang_ended_by_watch")), num_hangs=data.get("num_hangs") or 0,
+            ranks={r: WatchedRank.from_dict(info) for r, info in int_keys(data.get("ranks")).items()},
+            signatures=dict(data.get("signatures") or {}), bad_event_lines=data.get("bad_event_lines") or 0,
+            live_scan_complete=data.get("live_scan_complete") is not False,
+            live_scan_skipped_bytes=data.get("live_scan_skipped_bytes") or 0,
+        )
