@@ -4,7 +4,9 @@ with loading alone and with merely parsing the same JSON lines.
 Targets (issue 4): the full report (load, rules, findings.json, report.html with plots) in at most
 20 s and 4 GB of RAM. Absolute times on the shared development machine vary by about +-25 %, so
 every case runs in the same invocation and the table gives ratios to the parse floor:
-  (a) `write_report([run_dir], out)`, the whole `grpo-doctor report` path, with its parts;
+  (a) `build_report([run_dir], out_dir=out)` (report/build.py), the whole `grpo-doctor report` path, with its parts;
+  (a') the same with `--full-read`: every line of every rank file, as the reader did before it read
+      big files by window (runlog/window.py): no finding may differ between (a) and (a');
   (b) `load_evidence([run_dir])` alone;
   (c) every rank file read line by line into dicts with the fastest parser importable (orjson
       if installed, else json); the stdlib json parse is shown beside it for reference.
@@ -38,6 +40,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 from grpo_doctor.schema import End, Header, Memory, PhaseBegin, PhaseEnd, RunPaths, Step
 
@@ -175,13 +178,20 @@ def _encode_step(encode, rng: random.Random, durations: dict[str, float], rank: 
 # The cases, each run in a child process (`--child CASE`)
 
 
-def child_report(run_dir: Path, out_dir: Path) -> dict:
-    """write_report as `grpo-doctor report` runs it, with its parts timed by wrapping module functions."""
+def child_report(run_dir: Path, out_dir: Path, full_read: bool = False) -> dict:
+    """build_report as `grpo-doctor report` runs it, with its parts timed by wrapping module functions."""
     import grpo_doctor.analysis.load as load_mod
     import grpo_doctor.analysis.rules as rules_mod
     import grpo_doctor.report.plots as plots_mod
     import grpo_doctor.report.render as render_mod
-    from grpo_doctor.cli.report import write_report
+    try:
+        from grpo_doctor.report.build import build_report
+    except ImportError:  # a baseline checkout from before the pipeline moved out of the command
+        from grpo_doctor.cli.report import write_report
+
+        def build_report(paths, out_dir):
+            result, html_path, findings_path = write_report(paths, out_dir / "report.html")
+            return SimpleNamespace(findings=result, html_path=html_path, findings_path=findings_path)
 
     parts: dict[str, float] = {}
 
@@ -196,14 +206,15 @@ def child_report(run_dir: Path, out_dir: Path) -> dict:
                 parts[key] = parts.get(key, 0.0) + time.perf_counter() - t0
         setattr(module, name, wrapper)
 
-    # write_report imports these by name when called, so the wrapped module attributes are what it gets.
+    # build_report imports these by name when called, so the wrapped module attributes are what it gets.
     timed(load_mod, "load_evidence", "load")
     timed(rules_mod, "run_rules", "rules")
     timed(render_mod, "render_report", "render")
     for name in ("phase_timeline", "memory_over_time", "step_metrics"):
         timed(plots_mod, name, "plots")
     t0 = time.perf_counter()
-    result, html_path, _ = write_report([run_dir], out_dir / "report.html")
+    built = build_report([run_dir], out_dir=out_dir, full_read=True) if full_read else build_report([run_dir], out_dir=out_dir)
+    result, html_path = built.findings, built.html_path
     total = time.perf_counter() - t0
     return {"seconds": total, "parts": parts, "findings": [f.id for f in result.findings],
             "warnings": len(result.warnings), "html_bytes": html_path.stat().st_size}
@@ -241,8 +252,8 @@ def run_child(case: str, run_dir: Path, out_dir: Path, code: Path | None = None)
 def child_main(case: str, run_dir: Path, out_dir: Path) -> None:
     import resource
 
-    if case == "report":
-        result = child_report(run_dir, out_dir)
+    if case in ("report", "report-full"):
+        result = child_report(run_dir, out_dir, full_read=case == "report-full")
     elif case == "load":
         result = child_load(run_dir)
     else:
@@ -268,6 +279,9 @@ def main() -> None:
     parser.add_argument("--baseline", type=Path, metavar="DIR",
                         help="another checkout's root (e.g. `git archive REV grpo_doctor | tar -x -C DIR`): "
                              "(a) and (b) are also run with its grpo_doctor, side by side")
+    parser.add_argument("--no-full-read", action="store_true",
+                        help="leave out (a'), the report reading every line (too slow past a few GB)")
+    parser.add_argument("--no-json", action="store_true", help="leave out the stdlib json parse (reference only)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--run-dir", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--out-dir", type=Path, help=argparse.SUPPRESS)
@@ -285,13 +299,14 @@ def main() -> None:
     except ImportError:
         fast = "json"
     # (key, label, case, checkout to import grpo_doctor from: None for this one)
-    cases = [("report", "(a) write_report (grpo-doctor report)", "report", None),
+    cases = [("report", "(a) build_report (grpo-doctor report)", "report", None),
+             *([] if args.no_full_read else [("report-full", "(a') the same, --full-read (every line)", "report-full", None)]),
              ("load", "(b) load_evidence", "load", None),
              ("parse", f"(c) parse lines into dicts ({fast})", f"parse-{fast}", None)]
-    if fast != "json":
+    if fast != "json" and not args.no_json:
         cases.append(("parse-json", "    parse lines into dicts (json)", "parse-json", None))
     if args.baseline:
-        cases += [("report-base", "(a) write_report, baseline", "report", args.baseline),
+        cases += [("report-base", "(a) build_report, baseline", "report", args.baseline),
                   ("load-base", "(b) load_evidence, baseline", "load", args.baseline)]
     best: dict[str, dict] = {}
     load_before = os.getloadavg()
@@ -300,6 +315,8 @@ def main() -> None:
             # Interleaved rounds: a slow spell on the shared machine hits every case alike.
             for key, _label, case, code in cases:
                 result = run_child(case, run_dir, Path(out), code)
+                print(f"{key}: {result['seconds']:.1f} s wall, {result['cpu_seconds']:.1f} s CPU, "
+                      f"{result['peak_rss_bytes'] / 1e9:.2f} GB", file=sys.stderr, flush=True)
                 if key not in best or result["seconds"] < best[key]["seconds"]:
                     best[key] = result
     floor, floor_cpu = best["parse"]["seconds"], best["parse"]["cpu_seconds"]
@@ -308,6 +325,10 @@ def main() -> None:
           f"{best['parse']['records']:,} records; {os.cpu_count()} CPUs; best of {args.repeat}; load average "
           f"{' / '.join(f'{x:.1f}' for x in load_before)} before, {' / '.join(f'{x:.1f}' for x in os.getloadavg())} after")
     print(f"findings: {', '.join(report['findings']) or 'none'}; report.html {report['html_bytes'] / 1e6:.1f} MB")
+    if "report-full" in best:
+        same = best["report-full"]["findings"] == report["findings"]
+        print(f"findings with --full-read: {', '.join(best['report-full']['findings']) or 'none'} "
+              f"({'the same' if same else 'DIFFERENT'})")
     # CPU s is the child's whole CPU time (interpreter and imports included); wall s is the case itself.
     print(f"{'case':<42} {'wall s':>7} {'CPU s':>7} {'peak RSS GB':>12} {'worker GB':>10} {'x parse (wall)':>15} "
           f"{'x parse (CPU)':>14}")

@@ -24,6 +24,7 @@ from types import ModuleType
 from typing import Any
 
 from grpo_doctor.analysis.rules import RULES
+from grpo_doctor.schema.errors import DoctorError
 
 STR_TUPLE = tuple[str, ...]
 KINDS = {bool: "true or false", int: "an integer", float: "a finite number", str: "text",
@@ -33,7 +34,7 @@ EXAMPLE = "seed-collision.min_identical_frac=0.6"
 TOML_EXAMPLE = "one table per rule id: [seed-collision] then min_identical_frac = 0.6 on the next line"
 
 
-class RuleSettingsError(ValueError):
+class RuleSettingsError(DoctorError, ValueError):
     """A setting or settings file that cannot be used; carries a hint for the user."""
 
     def __init__(self, message: str, hint: str) -> None:

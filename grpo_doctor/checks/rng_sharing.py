@@ -12,7 +12,7 @@ Stdlib only: `watch` imports it.
 Typical use:
     for shared in shared_rng_states(rec.to_dict() for rec in rng_records):
         if not shared.diverged_at:
-            print(f"ranks {shared.ranks} share {shared.generator}")
+            print(f"ranks {format_ranks(shared.ranks)} share {shared.generator}")
 """
 from __future__ import annotations
 

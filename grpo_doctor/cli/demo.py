@@ -1,8 +1,10 @@
 """`grpo-doctor demo`: the reference GRPO trainer on this machine's CPU, two ranks under torchrun.
 
-It leaves a run directory with report.html and findings.json, and prints each rank's summary and
-the findings. `--inject` passes fault specs to the trainer, so every failure grpo-doctor diagnoses
-can be produced on a laptop.
+It leaves a run directory (`--out DIR`) with report.html and findings.json, and prints each rank's
+summary and the findings. `--inject` passes fault specs to the trainer, so every failure grpo-doctor
+diagnoses can be produced on a laptop. The trainer (grpo_doctor_trainer) is only ever run as a child
+process, never imported here: its dependencies stay out of the command, and an --inject spec is
+checked by the trainer's own parser in a short child before torchrun starts two ranks.
 
 Typical use:
     grpo-doctor demo
@@ -10,6 +12,7 @@ Typical use:
 """
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import os
 import signal
@@ -19,23 +22,52 @@ import sys
 import time
 from pathlib import Path
 
-from grpo_doctor.cli import report, summary
+from grpo_doctor.cli import summary
 from grpo_doctor.cli.errors import UserError
+from grpo_doctor.report.build import build_report
 from grpo_doctor.report.console import format_findings
 from grpo_doctor.runlog.eventlog import RunDirError, load_run
+from grpo_doctor.schema import DEFAULT_RUNS_ROOT, RUN_DIR_ENV
+
+# Run in a child interpreter: each spec through the trainer's own parser, the first bad one's
+# one-line message on stderr and status 3.
+CHECK_INJECT = """\
+import sys
+from grpo_doctor_trainer.inject import parse_fault
+for spec in sys.argv[1:]:
+    try:
+        parse_fault(spec)
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
+        sys.exit(3)
+"""
+BAD_SPEC_STATUS = 3
+
+
+EXIT_HELP = """\
+exit status: 0 the trainer finished; 1 it failed (an injected fault, usually: the findings say why);
+2 usage error or nothing recorded."""
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("demo", help="run the reference GRPO trainer on 2 CPU ranks and summarise the run")
-    p.add_argument("--nproc", type=int, default=2, help="ranks to start (default 2)")
-    p.add_argument("--steps", type=int, default=6, help="training steps (default 6)")
-    p.add_argument("--out", type=Path, default=None, help="run directory (default grpo-doctor-runs/demo-TIME)")
+    p = sub.add_parser("demo", help="run the reference GRPO trainer on 2 CPU ranks and summarise the run",
+                       description=__doc__.split("\n\nTypical use")[0], epilog=EXIT_HELP)
+    p.add_argument("--nproc", type=int, default=2, help="ranks to start")
+    p.add_argument("--steps", type=int, default=6, help="training steps")
+    p.add_argument("--out", type=Path, default=None, metavar="DIR",
+                   help=f"directory for the run's records, report.html and findings.json (default: ${RUN_DIR_ENV} "
+                        f"if set, else {DEFAULT_RUNS_ROOT}/demo-TIME); the flag wins over the variable")
     p.add_argument("--inject", action="append", default=[], metavar="SPEC",
-                   help="fault to inject, e.g. same-seed-per-node, hang:rank=1,phase=rollout,step=2 (repeatable)")
-    p.add_argument("--engine", choices=("ddp", "deepspeed"), default="ddp")
-    p.add_argument("--dist-timeout-s", type=float, default=60.0,
-                   help="collective timeout of the demo job (default 60: a hung demo ends by itself)")
-    p.add_argument("--timeout-s", type=float, default=900.0, help="end the demo if it runs longer (default 900)")
+                   help="fault to inject, e.g. same-seed-per-node, hang:rank=1,phase=rollout,step=2 "
+                        "(repeatable; default: none)")
+    p.add_argument("--engine", choices=("ddp", "deepspeed"), default="ddp", help="how the trainer shards the model")
+    p.add_argument("--dist-timeout", type=float, default=60.0, metavar="SECONDS",
+                   help="collective timeout of the demo job in seconds (a hung demo ends by itself)")
+    p.add_argument("--run-timeout", type=float, default=900.0, metavar="SECONDS",
+                   help="end the demo if it runs longer than this many seconds")
+    # The spellings before the timeouts were named alike: still accepted, so scripts keep working.
+    p.add_argument("--dist-timeout-s", type=float, dest="dist_timeout", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    p.add_argument("--timeout-s", type=float, dest="run_timeout", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     p.set_defaults(run=run)
 
 
@@ -45,18 +77,20 @@ def run(args) -> int:
     if args.nproc < 1:
         raise UserError(f"--nproc {args.nproc} must be at least 1")
     _check_inject_specs(args.inject)
-    out = args.out or Path("grpo-doctor-runs") / time.strftime("demo-%Y%m%d-%H%M%S")
+    out = args.out or Path(os.environ.get(RUN_DIR_ENV) or Path(DEFAULT_RUNS_ROOT) / time.strftime("demo-%Y%m%d-%H%M%S"))
     command = [
         sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(args.nproc),
         "--master-addr", "127.0.0.1", "--master-port", str(_free_port()),
         "-m", "grpo_doctor_trainer.train", "--model", "tiny", "--steps", str(args.steps), "--run-dir", str(out),
-        "--engine", args.engine, "--dist-timeout-s", str(args.dist_timeout_s),
+        "--engine", args.engine, "--dist-timeout-s", str(args.dist_timeout),
     ]
     for spec in args.inject:
         command += ["--inject", spec]
     print(f"grpo-doctor demo: {' '.join(command[2:])}", flush=True)
-    env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
-    status = _run_with_timeout(command, env, args.timeout_s)
+    # The trainer obeys GRPO_DOCTOR_RUN_DIR over its --run-dir: set to where this demo looks, so a
+    # variable exported for another run cannot send the records elsewhere.
+    env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"), **{RUN_DIR_ENV: str(out)})
+    status = _run_with_timeout(command, env, args.run_timeout)
     try:
         log = load_run([out])
     except RunDirError as exc:
@@ -66,22 +100,25 @@ def run(args) -> int:
         ) from None
     print()
     print(summary.format_summary(log, summary.summarise(log)))
-    findings, html_path, _ = report.write_report([out])
+    built = build_report([out])
     print()
-    print(format_findings(findings))
-    print(f"\nrun directory: {out}\nreport: {html_path}")
+    print(format_findings(built.findings))
+    print(f"\nrun directory: {out}\nreport: {built.html_path}")
     return 0 if status == 0 else 1
 
 
 def _check_inject_specs(specs: list[str]) -> None:
     """Reject a bad spec here, in one line, rather than after torchrun has started two ranks."""
-    from grpo_doctor_trainer.inject import parse_fault
-
-    for spec in specs:
-        try:
-            parse_fault(spec)
-        except ValueError as exc:
-            raise UserError(str(exc)) from None
+    if not specs:
+        return
+    checked = subprocess.run([sys.executable, "-c", CHECK_INJECT, *specs], capture_output=True, text=True,
+                             stdin=subprocess.DEVNULL)
+    lines = checked.stderr.strip().splitlines() or ["(no output)"]
+    if checked.returncode == BAD_SPEC_STATUS:
+        raise UserError(lines[-1], "grpo-doctor demo --help shows examples")
+    if checked.returncode != 0:
+        raise UserError(f"the reference trainer cannot be started to check --inject: {lines[-1]}",
+                        "pip install 'grpo-doctor[train]' (it installs grpo_doctor_trainer)")
 
 
 def _run_with_timeout(command: list[str], env: dict, timeout_s: float) -> int:

@@ -1,12 +1,13 @@
-"""The one exception type for mistakes a user can fix; main() prints it without a traceback.
+"""Mistakes on the command line itself (a bad flag value, a missing tool): a `DoctorError`, so main()
+prints it in one or two lines without a traceback, as it does every other part's errors.
 
 Typical use:
-    raise UserError(f"no such run directory: {path}", hint="pass the directory printed at start-up")
+    raise UserError(f"--nproc {n} must be at least 1", "pass --nproc 2 for the two-rank demo")
 """
 from __future__ import annotations
 
+from grpo_doctor.schema.errors import DoctorError
 
-class UserError(Exception):
-    def __init__(self, message: str, hint: str | None = None) -> None:
-        super().__init__(message)
-        self.hint = hint
+
+class UserError(DoctorError):
+    pass

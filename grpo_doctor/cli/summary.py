@@ -13,31 +13,33 @@ import json
 import statistics
 import time
 
-from grpo_doctor.cli.errors import UserError
 from grpo_doctor.logs.terminal_text import terminal_safe
-from grpo_doctor.runlog.eventlog import RankLog, RunDirError, RunLog, load_run
+from grpo_doctor.runlog.eventlog import load_run
+from grpo_doctor.runlog.rank_log import RankLog, RunLog
+from grpo_doctor.runlog.rank_states import NO_END, rank_state
 from grpo_doctor.schema import Memory, PhaseEnd, Record, Step
+
+EXIT_HELP = """\
+exit status: 0 every rank ended cleanly; 1 a rank ended by an exception or a signal, or has no end
+record (still running, or killed outright); 2 not a run directory."""
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("summary", help="per-rank state of a run: step, open phase, how it ended")
+    p = sub.add_parser("summary", help="per-rank state of a run: step, open phase, how it ended",
+                       description=__doc__.split("\n\nTypical use")[0], epilog=EXIT_HELP)
     p.add_argument("paths", nargs="+", metavar="RUN_DIR", help="run directory (one per node if not shared)")
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
     p.set_defaults(run=run)
 
 
 def run(args) -> int:
-    try:
-        log = load_run(args.paths)
-    except RunDirError as exc:
-        raise UserError(str(exc), exc.hint) from None
+    log = load_run(args.paths)
     rows = summarise(log)
     if args.json:
         print(json.dumps({"ranks": rows, "warnings": log.warnings}, indent=2))
     else:
         print(format_summary(log, rows))
-    failed = any(r["state"] in ("exception", "signal", "no end record") for r in rows)
-    return 1 if failed else 0
+    return 1 if any(r["failed"] for r in rows) else 0
 
 
 def summarise(run: RunLog, now: float | None = None) -> list[dict]:
@@ -46,31 +48,30 @@ def summarise(run: RunLog, now: float | None = None) -> list[dict]:
 
 
 def _rank_row(log: RankLog, now: float) -> dict:
-    header, end = log.header, log.end
+    state = rank_state(log)
     steps = log.of_kind(Step)
     records = [r for r in log.records if isinstance(r, Record)]
     step_times = [b.t - a.t for a, b in zip(steps, steps[1:], strict=False)]
     rss = [m.host_rss_bytes for m in log.of_kind(Memory) if m.host_rss_bytes]
     gpu = [m.peak_allocated_bytes for m in log.of_kind(Memory) if m.peak_allocated_bytes]
-    errors = log.errors
     slowest = max(log.of_kind(PhaseEnd), key=lambda p: p.duration_s, default=None)
-    state = str(end.reason) if end is not None else "no end record"
     return {
-        "rank": log.rank,
-        "host": header.host if header else None,
+        "rank": state.rank,
+        "host": state.host,
         "pids": sorted(log.pids),
         "steps_done": len(steps),
-        "last_step": log.last_step,
-        "state": state,
-        "signal": end.signal if end else None,
-        "open_phase": (end.open_path if end else log.open_path),
+        "last_step": state.last_step,
+        "state": state.ended or NO_END,
+        "signal": state.signal,
+        "failed": state.failed,
+        "open_phase": state.open_phase,
         "since_last_record_s": round(now - records[-1].t, 1) if records else None,
         "median_step_s": round(statistics.median(step_times), 3) if step_times else None,
         "slowest_phase": slowest.path if slowest else None,
         "slowest_phase_s": round(slowest.duration_s, 3) if slowest else None,
         "peak_host_rss_bytes": max(rss) if rss else None,
         "peak_gpu_allocated_bytes": max(gpu) if gpu else None,
-        "error": f"{errors[-1].exc_type} in {errors[-1].path or 'no phase'}" if errors else None,
+        "error": state.error,
         "bad_lines": log.num_bad_lines,
     }
 

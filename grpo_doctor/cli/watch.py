@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -16,23 +17,23 @@ from pathlib import Path
 from grpo_doctor.cli.errors import UserError
 from grpo_doctor.logs.terminal_text import terminal_safe
 from grpo_doctor.schema import DEFAULT_RUNS_ROOT, RUN_DIR_ENV
-from grpo_doctor.supervisor.launch import LaunchError
+from grpo_doctor.supervisor.launch import LaunchError, find_executable
 from grpo_doctor.supervisor.progress import HangPolicy
-from grpo_doctor.supervisor.run_files import RunDirBusy
 from grpo_doctor.supervisor.watch import HANG_EXIT, Watch, WatchOptions
 
-COMMAND_NOT_FOUND_EXIT = 127
+COMMAND_NOT_FOUND_EXIT = LaunchError.exit_status
 
 EPILOG = f"""\
 exit status: the command's own (128+N when a signal N ended it); {HANG_EXIT} when a hang was
 detected and watch ended the job (--on-hang kill); {COMMAND_NOT_FOUND_EXIT} when the command does not exist;
-2 for a usage error.
+2 for a usage error. The last line watch prints states the status it exits with.
 
 A rank counts as stalled when it wrote no event for longer than FACTOR x the longest interval
 seen in the phase it is in (never less than FLOOR s; a phase not yet seen to finish gets INITIAL s).
 When every running rank has stalled, watch takes all stacks twice, SECOND_LOOK s apart, names the
 ranks the others wait for and writes supervisor/HOST/hang-N.json. Without grpo-doctor events (an
 uninstrumented script) a hang is output silence with idle rank CPUs for --uninstrumented-timeout s.
+Every time is in seconds.
 
 When the command ends, watch builds report.html and findings.json in the run directory (as
 `grpo-doctor report RUN_DIR` would) and prints the most severe findings; --no-report skips this.
@@ -44,19 +45,26 @@ def add_parser(sub) -> None:
                        description="Run CMD (torchrun, accelerate launch, deepspeed, python ...) under supervision.",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--run-dir", type=Path, default=None,
-                   help=f"run directory (default: ${RUN_DIR_ENV} or {DEFAULT_RUNS_ROOT}/watch-TIME)")
+                   help=f"run directory: the job's records and watch's files (default: ${RUN_DIR_ENV} if set, "
+                        f"else {DEFAULT_RUNS_ROOT}/watch-TIME); the flag wins over the variable")
     p.add_argument("--hang-timeout", type=float, default=None, metavar="SECONDS",
-                   help="fixed stall timeout for every phase instead of the learned one")
-    p.add_argument("--hang-factor", type=float, default=HangPolicy.factor, metavar="FACTOR")
-    p.add_argument("--hang-floor", type=float, default=HangPolicy.floor_s, metavar="FLOOR")
-    p.add_argument("--hang-initial", type=float, default=HangPolicy.initial_s, metavar="INITIAL")
-    p.add_argument("--uninstrumented-timeout", type=float, default=600.0, metavar="SECONDS")
+                   help="fixed stall timeout in seconds for every phase, and for an uninstrumented job's silence "
+                        "(default: learned per phase, see below)")
+    p.add_argument("--hang-factor", type=float, default=HangPolicy.factor, metavar="FACTOR",
+                   help="a phase stalls after FACTOR x the longest interval seen in it")
+    p.add_argument("--hang-floor", type=float, default=HangPolicy.floor_s, metavar="FLOOR",
+                   help="the learned stall timeout is never below FLOOR seconds")
+    p.add_argument("--hang-initial", type=float, default=HangPolicy.initial_s, metavar="INITIAL",
+                   help="stall timeout in seconds for a phase not yet seen to finish")
+    p.add_argument("--uninstrumented-timeout", type=float, default=600.0, metavar="SECONDS",
+                   help="without grpo-doctor events: seconds of output silence and idle rank CPUs that make a hang")
     p.add_argument("--on-hang", choices=("report", "kill"), default="report",
                    help="after reporting a hang: keep waiting (report) or end the job (kill)")
     p.add_argument("--second-look", type=float, default=5.0, metavar="SECOND_LOOK",
-                   help="seconds between the two stack captures (default 5)")
+                   help="seconds between the two stack captures")
     p.add_argument("--native", action="store_true", help="include C/C++ frames in the stacks (slower)")
-    p.add_argument("--sample-interval", type=float, default=1.0, help="GPU and process sampling period, s")
+    p.add_argument("--sample-interval", type=float, default=1.0, metavar="SECONDS",
+                   help="GPU and process sampling period in seconds")
     p.add_argument("--no-report", action="store_true", help="do not build report.html / findings.json at the end")
     p.add_argument("command", nargs="+", metavar="-- CMD", help="the launch command, after --")
     p.set_defaults(run=run)
@@ -68,6 +76,8 @@ def run(args) -> int:
         value = getattr(args, name)
         if value is not None and value <= 0 and not (name == "second_look" and value == 0):
             raise UserError(f"--{name.replace('_', '-')} {value} must be positive")
+    # Before the run directory exists: a command that cannot start leaves nothing behind (exit 127).
+    find_executable(args.command, os.environ.get("PATH"))
     run_dir = args.run_dir or Path(os.environ.get(RUN_DIR_ENV) or Path(DEFAULT_RUNS_ROOT) / time.strftime("watch-%Y%m%d-%H%M%S"))
     opts = WatchOptions(
         command=list(args.command),
@@ -80,27 +90,38 @@ def run(args) -> int:
         native=args.native,
         sample_interval_s=args.sample_interval,
     )
-    try:
-        status = Watch(opts).run()
-    except LaunchError as exc:
-        print(f"grpo-doctor: error: {exc}\n  hint: {exc.hint}", file=sys.stderr)
-        return COMMAND_NOT_FOUND_EXIT
-    except RunDirBusy as exc:
-        raise UserError(str(exc), exc.hint) from None
+    watch = Watch(opts)
+    status = watch.run()  # LaunchError (127) and RunDirBusy (2) are DoctorErrors: main() prints them
     if not args.no_report:
         _report_at_end(run_dir)
+    hang_ended = status == HANG_EXIT and opts.on_hang == "kill" and bool(watch.hangs)
+    print(f"grpo-doctor: {exit_line(status, hang_ended)}", file=sys.stderr)
     return status
+
+
+def exit_line(status: int, hang_ended: bool) -> str:
+    """The last line watch prints: the status it exits with and what it means."""
+    if hang_ended:
+        return f"exit status {status}: the job hung and watch ended it (--on-hang kill)"
+    if status > 128:
+        try:
+            name = signal.Signals(status - 128).name
+        except ValueError:
+            name = f"signal {status - 128}"
+        return f"exit status {status}: the command was ended by {name} (128 + {status - 128})"
+    return f"exit status {status}: the command's own"
 
 
 def _report_at_end(run_dir: Path, num_groups: int = 2) -> None:
     """The report of what just ran, led by its root cause as `grpo-doctor report` prints it; its
     failure is one line and never changes watch's exit status."""
-    from grpo_doctor.cli.report import write_report
+    from grpo_doctor.report.build import build_report
     from grpo_doctor.report.console import format_findings
     from grpo_doctor.report.incident_groups import group_findings
 
     try:
-        result, html_path, _ = write_report([run_dir])
+        built = build_report([run_dir])
+        result, html_path = built.findings, built.html_path
     except Exception as exc:  # noqa: BLE001 - the job is over; nothing here may hide its status
         print(f"grpo-doctor: no report ({type(exc).__name__}: {terminal_safe(exc)}); try: grpo-doctor report {run_dir}",
               file=sys.stderr)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from bisect import bisect_left
 from collections.abc import Callable, Iterable
 
@@ -94,16 +95,23 @@ class HyperscanKeywords:
         import hyperscan
 
         raw = [keyword.encode("ascii") for keyword in keywords]
+        self._new_scratch = hyperscan.Scratch
         self._db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
         self._db.compile(expressions=raw, ids=list(range(len(raw))), elements=len(raw), literal=True)
+        # A scan releases the GIL and needs scratch space no other scan is using at the same time
+        # (watch scans each stream's output in a thread of its own): one scratch per thread.
+        self._local = threading.local()
 
     def hit_offsets(self, data: bytes) -> list[int]:
         """The offset of the last byte of every keyword occurrence in `data`, ascending."""
+        scratch = getattr(self._local, "scratch", None)
+        if scratch is None:
+            scratch = self._local.scratch = self._new_scratch(self._db)
         ends: list[int] = []
         append = ends.append
-        # hyperscan reports each match at its end, in order of end; the binding serialises scans
-        # with a lock of its own, so one database (and its scratch) serves every thread.
-        self._db.scan(data, match_event_handler=lambda _id, _start, end, _flags, _ctx: append(end - 1))
+        # hyperscan reports each match at its end, in order of end.
+        self._db.scan(data, match_event_handler=lambda _id, _start, end, _flags, _ctx: append(end - 1),
+                      scratch=scratch)
         return ends
 
 

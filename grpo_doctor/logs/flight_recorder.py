@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from grpo_doctor.schema.errors import DoctorError
+
 MAX_DUMP_BYTES = 64 * 1024 * 1024  # a full 2,000-entry buffer with stacks is a few MB
 MAX_FRAMES = 12  # innermost frames kept per entry: enough to reach the training code
 # A pickle can repeat one entry a million times for two bytes each; real buffers hold 2,000 by default.
@@ -48,7 +50,7 @@ MIN_OBJECT_BUDGET = 100_000
 STATES = ("scheduled", "started", "completed")
 
 
-class FlightDumpError(Exception):
+class FlightDumpError(DoctorError):
     """A file is not a readable flight-recorder dump; the message names the file and the cause."""
 
 

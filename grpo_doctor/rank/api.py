@@ -20,13 +20,13 @@ from __future__ import annotations
 import functools
 import operator
 import os
-import sys
 import threading
 from pathlib import Path
 from typing import Any
 
 from grpo_doctor.rank import hooks, memory_history
 from grpo_doctor.rank.identity import RankIdentity
+from grpo_doctor.rank.messages import say
 from grpo_doctor.rank.recorder import Recorder
 from grpo_doctor.rank.rundir import resolve_run_dir
 from grpo_doctor.rank.sink import RecordingError
@@ -39,7 +39,6 @@ MEMORY_HISTORY_ENV = "GRPO_DOCTOR_MEMORY_HISTORY"
 _recorder: Recorder | None = None
 _disabled = False
 _init_lock = threading.Lock()
-_said: set[str] = set()
 # Metrics computed by other calls (rollouts(compare_across_ranks=True)) that join the next step() record.
 _pending_metrics: dict[str, Any] = {}
 
@@ -240,9 +239,4 @@ def disabled_by_environment() -> bool:
 
 
 def _say(message: str) -> None:
-    if message in _said:
-        return
-    _said.add(message)
-    rank = os.environ.get("RANK")
-    where = f"[rank {rank}]" if rank is not None else ""
-    print(f"grpo-doctor{where}: {message}", file=sys.stderr, flush=True)
+    say(message)  # logging, logger "grpo_doctor": shown on stderr unless the program configured logging

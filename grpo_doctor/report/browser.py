@@ -19,6 +19,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from grpo_doctor.schema.errors import DoctorError
+
 CANDIDATES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 # Flags for a container or CI box: no sandbox (root), no GPU, nothing fetched in the background.
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
@@ -27,7 +29,7 @@ FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage
 CONSOLE_LINE = re.compile(r":CONSOLE(?:\(\d+\)|:\d+)\] (.*)$")
 
 
-class BrowserError(Exception):
+class BrowserError(DoctorError):
     """Chromium is missing, failed or did not finish in time."""
 
 

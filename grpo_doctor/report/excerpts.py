@@ -16,6 +16,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from grpo_doctor.schema.run_paths import WatchPaths
+
 CONTEXT_LINES = 3
 MAX_EXCERPTS = 40
 MAX_LINE_CHARS = 400
@@ -51,7 +53,7 @@ def _one_per_kind_first(rows: list[dict[str, Any]], limit: int) -> list[dict[str
 
 
 def _is_raw_log(source: str) -> bool:
-    return not source.endswith("signatures.jsonl")
+    return not WatchPaths.is_signatures_file(source)
 
 
 def _read_windows(path: Path, hits: set[int], context: int) -> dict[int, list[tuple[int, str, bool]]]:

@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from grpo_doctor.analysis.load import Evidence
+from grpo_doctor.runlog.rank_states import rank_state
 from grpo_doctor.schema.ranks import format_ranks
+from grpo_doctor.schema.watch_files import HangReport
 
 # Variables that differ from rank to rank by design, so a difference means nothing.
 PER_RANK_KEYS = frozenset({"RANK", "LOCAL_RANK", "GROUP_RANK", "NODE_RANK", "TORCHELASTIC_RUN_ID"})
@@ -33,14 +35,10 @@ def rank_rows(ev: Evidence) -> list[dict[str, Any]]:
             rows.append({"rank": rank, "host": "", "last_step": None, "end": "no event log", "open_path": "",
                          "error": "", "odd": True})
             continue
-        end = log.end
-        ending = "still running or killed (no end record)" if end is None else (
-            f"{end.reason}" + (f" ({end.signal})" if end.signal else ""))
-        errors = log.errors
-        error = f"{errors[-1].exc_type}: {errors[-1].message}" if errors else ""
-        rows.append({"rank": rank, "host": ev.host_of(rank) or "", "last_step": log.last_step, "end": ending,
-                     "open_path": log.open_path or "", "error": error[:300],
-                     "odd": bool(errors) or end is None or str(end.reason) not in ("exit", "shutdown")})
+        state = rank_state(log, host=ev.host_of(rank))
+        error = f"{state.error}: {state.error_message}" if state.error else ""
+        rows.append({"rank": rank, "host": state.host or "", "last_step": state.last_step, "end": state.ending,
+                     "open_path": state.open_phase or "", "error": error[:300], "odd": not state.clean})
     return rows
 
 
@@ -69,18 +67,17 @@ def stack_sections(ev: Evidence) -> list[dict[str, Any]]:
     """Each hang watch investigated: grouped stacks, the ranks waited for, odd ranks, per-rank stacks."""
     out = []
     for hang in ev.hangs:
-        ranks = hang.get("ranks") or {}
-        odd = {int(r) for r in hang.get("odd_ranks") or []} | {int(r) for r in hang.get("culprits") or []}
+        odd = set(hang.odd_ranks) | set(hang.culprits)
         per_rank = []
-        for rank, info in sorted(ranks.items(), key=lambda kv: int(kv[0])):
-            per_rank.append({"rank": int(rank), "odd": int(rank) in odd, "phase": info.get("open_phase") or "",
-                             "step": info.get("step"), "verdict": info.get("verdict") or "",
-                             "idle_s": info.get("idle_s"), "frames": _stack_text(hang, int(rank))})
-        out.append({"host": hang.get("host") or "", "file": hang.get("file") or "",
-                    "groups": list(hang.get("groups") or []), "culprits": format_ranks(hang.get("culprits") or []),
+        for rank, info in sorted(hang.ranks.items()):
+            per_rank.append({"rank": rank, "odd": rank in odd, "phase": info.open_phase or "",
+                             "step": info.step, "verdict": info.verdict or "",
+                             "idle_s": info.idle_s, "frames": _stack_text(hang, rank)})
+        out.append({"host": hang.host, "file": hang.file or "",
+                    "groups": list(hang.groups), "culprits": format_ranks(hang.culprits),
                     "odd": format_ranks(sorted(odd)), "ranks": per_rank,
-                    "stack_errors": {str(k): v for k, v in (hang.get("stack_errors") or {}).items()},
-                    "ptrace_denied": bool(hang.get("ptrace_denied"))})
+                    "stack_errors": {str(k): v for k, v in hang.stack_errors.items()},
+                    "ptrace_denied": hang.ptrace_denied})
     return out
 
 
@@ -88,19 +85,32 @@ def evidence_items(evidence: dict[str, Any]) -> list[tuple[str, str]]:
     """(key, value as compact text) for a finding's evidence; long values cut with a mark."""
     out = []
     for key, value in evidence.items():
-        text = value if isinstance(value, str) else json.dumps(value, default=str)
+        text = value if isinstance(value, str) else _rank_text(key, value) or json.dumps(value, default=str)
         if len(text) > MAX_EVIDENCE_CHARS:
             text = text[:MAX_EVIDENCE_CHARS] + f" ... ({len(text) - MAX_EVIDENCE_CHARS} more characters)"
         out.append((key, text))
     return out
 
 
-def _stack_text(hang: dict[str, Any], rank: int) -> list[str]:
+def _rank_text(key: str, value: Any) -> str | None:
+    """Rank lists as the rest of the report writes them ("0-3,5"), not as JSON ("[0, 1, 2, 3, 5]"):
+    `culprits`, `*_ranks` hold a list of ranks, `*rank_sets` a list of such lists."""
+    def is_ranks(v: Any) -> bool:
+        return isinstance(v, list | tuple) and all(isinstance(r, int) and not isinstance(r, bool) for r in v)
+
+    if (key == "culprits" or key.endswith("ranks") or key.startswith("ranks_")) and is_ranks(value):
+        return format_ranks(value) or "none"
+    if key.endswith("rank_sets") and isinstance(value, list | tuple) and value and all(is_ranks(s) for s in value):
+        return "; ".join(format_ranks(s) for s in value)
+    return None
+
+
+def _stack_text(hang: HangReport, rank: int) -> list[str]:
     """The rank's last py-spy capture as text lines (watch writes rank-NNNNN.txt beside the JSON).
     The run directory may have been moved since: the capture is also looked for under its stacks/."""
-    dirs = [Path(d) for d in hang.get("stack_dirs") or []][-1:]
-    if hang.get("file"):
-        dirs += [Path(hang["file"]).parents[2] / "stacks" / d.name for d in dirs]
+    dirs = [Path(d) for d in hang.stack_dirs][-1:]
+    if hang.file:
+        dirs += [Path(hang.file).parents[2] / "stacks" / d.name for d in dirs]
     for directory in dirs:
         path = directory / f"rank-{rank:05d}.txt"
         try:

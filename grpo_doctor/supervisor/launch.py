@@ -26,14 +26,32 @@ from dataclasses import dataclass, field
 
 import psutil
 
+from grpo_doctor.schema.errors import DoctorError
+
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
 
 
-class LaunchError(Exception):
+class LaunchError(DoctorError):
+    exit_status = 127  # watch exits as a shell does for a command it cannot run
+
     def __init__(self, message: str, hint: str) -> None:
         super().__init__(message)
         self.hint = hint
+
+
+def find_executable(command: Sequence[str], path: str | None) -> str:
+    """The program to run (searched on `path`, as a shell would); LaunchError when there is none,
+    which watch checks before it makes the run directory, so a typo leaves nothing behind."""
+    if not command:
+        raise LaunchError("no command given", "put the launch command after --, e.g. watch -- torchrun ... train.py")
+    executable = shutil.which(command[0], path=path)
+    if executable is None:
+        raise LaunchError(
+            f"command not found: {command[0]!r}",
+            "check the spelling, or activate the environment that provides it (PATH is searched)",
+        )
+    return executable
 
 
 def _prctl(option: int, value: int) -> bool:
@@ -60,14 +78,7 @@ class ProcessTree:
     def start(
         cls, command: Sequence[str], env: Mapping[str, str], *, stdout=None, stderr=None
     ) -> ProcessTree:
-        if not command:
-            raise LaunchError("no command given", "put the launch command after --, e.g. watch -- torchrun ... train.py")
-        executable = shutil.which(command[0], path=env.get("PATH"))
-        if executable is None:
-            raise LaunchError(
-                f"command not found: {command[0]!r}",
-                "check the spelling, or activate the environment that provides it (PATH is searched)",
-            )
+        executable = find_executable(command, env.get("PATH"))
         subreaper = _prctl(_PR_SET_CHILD_SUBREAPER, 1)
         try:
             proc = subprocess.Popen(

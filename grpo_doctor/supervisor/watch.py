@@ -26,12 +26,15 @@ from pathlib import Path
 
 from grpo_doctor._version import __version__
 from grpo_doctor.schema import RunPaths
+from grpo_doctor.schema.ranks import format_ranks
+from grpo_doctor.schema.run_info import RunInfo, WatchHost
+from grpo_doctor.schema.watch_files import HangReport
 from grpo_doctor.supervisor.childenv import child_environment
 from grpo_doctor.supervisor.console import Console
 from grpo_doctor.supervisor.discovery import discover_ranks, is_alive
 from grpo_doctor.supervisor.guardian import TOKEN_ENV, Guardian
-from grpo_doctor.supervisor.hang import HangReport, investigate
-from grpo_doctor.supervisor.launch import ProcessTree, describe_exit
+from grpo_doctor.supervisor.hang import hang_lines, investigate
+from grpo_doctor.supervisor.launch import ProcessTree
 from grpo_doctor.supervisor.live_scan import LiveScan
 from grpo_doctor.supervisor.output import OutputTee
 from grpo_doctor.supervisor.progress import HangPolicy, ProgressTracker
@@ -39,6 +42,7 @@ from grpo_doctor.supervisor.run_files import RunFiles
 from grpo_doctor.supervisor.sampler import Sampler, shows_work
 from grpo_doctor.supervisor.seeds import SeedCheck
 from grpo_doctor.supervisor.stall import StallSchedule
+from grpo_doctor.supervisor.summary import build_summary, summary_lines, watched_ranks
 
 HANG_EXIT = 124  # the job hung and watch ended it (--on-hang kill), as timeout(1) reports
 LOOP_S = 0.5  # event-log poll; a stall is judged in seconds, so this costs little latency
@@ -66,11 +70,12 @@ class Watch:
         self.paths = RunPaths(opts.run_dir)
         self.host = socket.gethostname()
         self.sup_dir = self.paths.supervisor_host(self.host)
-        self.console = console or Console(sys.stderr.isatty())
+        self.watch_files = self.paths.watch_files(self.host)
+        self.console = console or Console()
         self.tracker = ProgressTracker(self.paths, opts.policy)
         self.seeds = SeedCheck()
         self.files = RunFiles(self.paths, self.sup_dir, note=self.console.note)
-        self.live_scan = LiveScan(self.sup_dir / "signatures.jsonl", write=self.files.write, note=self.console.note)
+        self.live_scan = LiveScan(self.watch_files.signatures, write=self.files.write, note=self.console.note)
         self.rank_pids: dict[int, int] = {}
         self.gone: dict[int, str] = {}
         self.hangs: list[HangReport] = []
@@ -88,7 +93,7 @@ class Watch:
         # costs supervision its records, never the job its start.
         self.files.write("the run directory", lambda: self.sup_dir.mkdir(parents=True, exist_ok=True))
         self.files.claim()
-        self.files.write("run.json", lambda: self._write_run_json(added))
+        self.files.write(self.paths.run_json.name, lambda: self._write_run_json(added))
         # Every process the job starts inherits the token; the guardian ends them if watch is SIGKILLed.
         env[TOKEN_ENV] = f"{os.getpid()}-{secrets.token_hex(8)}"
         self.guardian = Guardian.start(env[TOKEN_ENV], grace_s=self.opts.grace_s)
@@ -104,14 +109,14 @@ class Watch:
         sys.setswitchinterval(SWITCH_INTERVAL_S)
         self.live_scan.start()
         tees = [
-            OutputTee(self.tree.proc.stdout, self.sup_dir / "stdout.log",
+            OutputTee(self.tree.proc.stdout, self.watch_files.stdout_log,
                       write=lambda b: self._child_output("stdout", b), on_lines=self.live_scan.submit),
-            OutputTee(self.tree.proc.stderr, self.sup_dir / "stderr.log",
+            OutputTee(self.tree.proc.stderr, self.watch_files.stderr_log,
                       write=lambda b: self._child_output("stderr", b), on_lines=self.live_scan.submit),
         ]
         for tee in tees:
             tee.start()
-        self.sampler = Sampler(self.sup_dir / "samples.jsonl", interval_s=self.opts.sample_interval_s,
+        self.sampler = Sampler(self.watch_files.samples, interval_s=self.opts.sample_interval_s,
                                notify=self.console.note)
         self.sampler.start()
         previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
@@ -160,14 +165,14 @@ class Watch:
     def _internal_error(self, exc: Exception) -> None:
         # Never raises: an error while reporting an error (a full disk) must not reach the loop's
         # `finally`, which would end the job.
-        self.files.write("watch-errors.log", lambda: self._append_error(exc))
+        self.files.write(self.watch_files.errors_log.name, lambda: self._append_error(exc))
         if type(exc) not in self._internal_errors:
             self._internal_errors.add(type(exc))
             self.console.note(f"internal error, supervision goes on and the job is untouched "
-                              f"({type(exc).__name__}: {exc}; details in {self.sup_dir / 'watch-errors.log'})")
+                              f"({type(exc).__name__}: {exc}; details in {self.watch_files.errors_log})")
 
     def _append_error(self, exc: Exception) -> None:
-        with (self.sup_dir / "watch-errors.log").open("a") as f:
+        with self.watch_files.errors_log.open("a") as f:
             f.write("".join(traceback.format_exception(exc)) + "\n")
 
     def _child_output(self, stream: str, data: bytes) -> None:
@@ -231,15 +236,15 @@ class Watch:
 
     def _investigate(self) -> HangReport:
         pids = {r: p for r, p in self.rank_pids.items() if r not in self.gone}
-        self.console.note(f"no progress from any running rank; taking the stacks of rank(s) {sorted(pids)}")
+        self.console.note(f"no progress from any running rank; taking the stacks of rank(s) {format_ranks(pids)}")
         report = investigate(
-            pids, self.tracker, self.paths.stacks, self.paths.flight_recorder,
+            pids, self.tracker, self.paths,
             second_look_s=self.opts.second_look_s, native=self.opts.native, gpus=self.sampler.latest_gpus(),
         )
         self.hangs.append(report)
-        hang_file = self.sup_dir / f"hang-{len(self.hangs)}.json"
+        hang_file = self.watch_files.hang_report(len(self.hangs))
         self.files.write(hang_file.name, lambda: hang_file.write_text(json.dumps(report.to_dict(), indent=2, default=str)))
-        for line in report.lines():
+        for line in hang_lines(report):
             self.console.note(line)
         return report
 
@@ -270,40 +275,20 @@ class Watch:
     # -- records ----------------------------------------------------------------------------
 
     def _write_run_json(self, env_added: dict[str, str]) -> None:
-        self.files.add_host_to_run_json(
-            self.host, {"command": self.opts.command, "grpo_doctor_version": __version__},
-            {"pid": os.getpid(), "env_set_by_watch": env_added, "hang_policy": asdict(self.opts.policy),
-             "on_hang": self.opts.on_hang})
+        self.files.add_host_to_run_json(RunInfo(
+            command=tuple(self.opts.command), grpo_doctor_version=__version__,
+            hosts={self.host: WatchHost(pid=os.getpid(), env_set_by_watch=env_added,
+                                        hang_policy=asdict(self.opts.policy), on_hang=self.opts.on_hang)}))
 
     def _finish(self, status: int | None, exit_status: int, hang_ended: bool) -> None:
-        ranks = {}
-        for rank in sorted(set(self.tracker.ranks) | set(self.rank_pids)):
-            p = self.tracker.ranks.get(rank)
-            ranks[str(rank)] = {
-                "pid": self.rank_pids.get(rank) or (p.pid if p else None), "step": p.step if p else None,
-                "open_phase": p.open_path if p else None, "ended": p.ended if p else None,
-                "error": p.error if p else None, "gone": self.gone.get(rank),
-            }
-        summary = {
-            "host": self.host, "end_t": time.time(), "command_status": status, "exit_status": exit_status,
-            "command_result": describe_exit(status), "hang_ended_by_watch": hang_ended,
-            "num_hangs": len(self.hangs), "ranks": ranks,
-            "signatures": dict(self.live_scan.counts), "bad_event_lines": self.tracker.num_bad_lines,
-            # False: part of the output was not scanned live; `report` scans the saved output instead.
-            "live_scan_complete": self.live_scan.complete, "live_scan_skipped_bytes": self.live_scan.skipped_bytes,
-        }
-        summary_file = self.sup_dir / "summary.json"
-        self.files.write(summary_file.name, lambda: summary_file.write_text(json.dumps(summary, indent=2, default=str)))
-        self.console.note(f"job finished: {describe_exit(status)}" + (" (hang: ended by watch)" if hang_ended else ""))
-        for rank, info in ranks.items():
-            if info["gone"] or info["error"] or info["ended"] not in ("exit", "shutdown"):
-                state = info["gone"] or info["error"] or info["ended"] or "no end record"
-                self.console.note(f"  rank {rank}: {state}; last phase {info['open_phase'] or '-'}, step {info['step']}")
-        for kind, count in self.live_scan.counts.items():
-            self.console.note(f"  seen in the output: {kind} x{count}")
-        if not self.live_scan.complete:
-            self.console.note(f"  {self.live_scan.skipped_bytes} bytes of output were not scanned live (the job "
-                              "outran the scanner); the report scans the saved output")
+        summary = build_summary(
+            self.host, status, exit_status, hang_ended, watched_ranks(self.tracker.ranks, self.rank_pids, self.gone),
+            num_hangs=len(self.hangs), signatures=self.live_scan.counts, bad_event_lines=self.tracker.num_bad_lines,
+            live_scan_complete=self.live_scan.complete, live_scan_skipped_bytes=self.live_scan.skipped_bytes)
+        summary_file = self.watch_files.summary_json
+        self.files.write(summary_file.name, lambda: summary_file.write_text(json.dumps(summary.to_dict(), indent=2)))
+        for line in summary_lines(summary):
+            self.console.note(line)
         self.console.note(f"run directory: {self.paths.root}")
 
 

@@ -90,7 +90,7 @@ def _one_line_error(stderr: str) -> str:
 
 def test_a_billion_rank_world_size_is_one_warning_not_all_the_memory(tmp_path):
     run = _write_run(tmp_path / "run", world_size=1_000_000_000)
-    for command in (["report", str(run), "--out", str(tmp_path / "r.html"), "--json"], ["summary", str(run), "--json"]):
+    for command in (["report", str(run), "--out", str(tmp_path / "out"), "--json"], ["summary", str(run), "--json"]):
         out = _child(*command)
         assert out.returncode in (0, 1, 3) and "Traceback" not in out.stderr, out.stderr[-2000:]
         warnings = json.loads(out.stdout)["warnings"]
@@ -114,7 +114,7 @@ def test_a_rank_number_beyond_any_job_is_a_bad_line_named_by_its_field(tmp_path)
 def test_a_fifo_named_like_a_rank_file_is_skipped_without_blocking(tmp_path):
     run = _write_run(tmp_path / "run", ranks=(0,))
     os.mkfifo(RunPaths(run).rank_file(1))
-    for command in (["report", str(run), "--out", str(tmp_path / "r.html"), "--json"], ["summary", str(run), "--json"]):
+    for command in (["report", str(run), "--out", str(tmp_path / "out"), "--json"], ["summary", str(run), "--json"]):
         out = _child(*command, timeout_s=90)
         assert "Traceback" not in out.stderr, out.stderr
         warnings = json.loads(out.stdout)["warnings"]
@@ -126,7 +126,7 @@ def test_a_fifo_log_in_an_uninstrumented_directory_is_skipped_without_blocking(t
     logs.mkdir()
     (logs / "train.log").write_text(OOM_LINE + "\n")
     os.mkfifo(logs / "live.log")
-    out = _child("report", str(logs), "--out", str(tmp_path / "r.html"), "--json", timeout_s=90)
+    out = _child("report", str(logs), "--out", str(tmp_path / "out"), "--json", timeout_s=90)
     findings = json.loads(out.stdout)
     assert [f["id"] for f in findings["findings"]] == ["cuda-oom"]
     assert any("live.log" in w and "FIFO" in w for w in findings["warnings"]), findings["warnings"]
@@ -137,7 +137,7 @@ def test_a_device_or_fifo_given_as_the_path_is_one_line(tmp_path, command):
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
     for path in ("/dev/zero", str(fifo)):
-        out = _child(command, path, "--out", str(tmp_path / "r.html")) if command == "report" else _child(command, path)
+        out = _child(command, path, "--out", str(tmp_path / "out")) if command == "report" else _child(command, path)
         assert "Traceback" not in out.stderr, out.stderr
         if command == "summary":
             assert out.returncode == 2
@@ -155,7 +155,7 @@ def test_ranks_that_is_a_file_is_a_warning_and_nothing_is_claimed_checked(tmp_pa
     run = tmp_path / "run"
     run.mkdir()
     (run / "ranks").write_text("not a directory\n")
-    status, out, _ = _cli("report", str(run), "--out", str(tmp_path / "r.html"), "--json")
+    status, out, _ = _cli("report", str(run), "--out", str(tmp_path / "out"), "--json")
     findings = json.loads(out)
     assert status == 3
     assert any(str(run / "ranks") in w and "cannot be read" in w for w in findings["warnings"]), findings["warnings"]
@@ -205,7 +205,7 @@ def test_an_unreadable_ranks_directory_is_named_and_left_not_checked(unprivilege
         (shared / "out").mkdir(mode=0o777)
         (shared / "out").chmod(0o777)
         RunPaths(run).ranks.chmod(0o000)
-        out = _child("report", str(run), "--out", str(shared / "out" / "r.html"), "--json", user=_as_user(), cwd=shared)
+        out = _child("report", str(run), "--out", str(shared / "out"), "--json", user=_as_user(), cwd=shared)
         assert "Traceback" not in out.stderr and out.returncode == 3, out.stderr
         findings = json.loads(out.stdout)
         assert any(str(RunPaths(run).ranks) in w and "cannot be read" in w for w in findings["warnings"])
@@ -227,7 +227,7 @@ def test_unreadable_logs_and_watch_files_are_named_in_warnings(unprivileged):
         raw.chmod(0o000)
         (shared / "out").mkdir()
         (shared / "out").chmod(0o777)
-        out = _child("report", str(run), str(raw), "--out", str(shared / "out" / "r.html"), "--json",
+        out = _child("report", str(run), str(raw), "--out", str(shared / "out"), "--json",
                      user=_as_user(), cwd=shared)
         assert "Traceback" not in out.stderr, out.stderr
         findings = json.loads(out.stdout)
@@ -248,7 +248,7 @@ def test_a_log_saved_as_utf16_or_with_a_bom_is_read(tmp_path, encoding):
     data = (b"\xfe\xff" + text.encode("utf-16-be")) if encoding == "utf-16-be-bom" else text.encode(encoding)
     log = tmp_path / "train.log"
     log.write_bytes(data)
-    status, out, _ = _cli("report", str(log), "--out", str(tmp_path / "r.html"), "--json")
+    status, out, _ = _cli("report", str(log), "--out", str(tmp_path / "out"), "--json")
     findings = json.loads(out)
     assert status == 1 and [(f["id"], f["ranks"]) for f in findings["findings"]] == [("cuda-oom", [7])], findings
 
@@ -262,7 +262,7 @@ def test_json_nested_1100_levels_in_a_rank_line_is_one_bad_line(tmp_path):
     assert len(deep) < 5000
     with RunPaths(run).rank_file(0).open("a") as f:
         f.write(deep + "\n")
-    for command in (["report", str(run), "--out", str(tmp_path / "r.html"), "--json"], ["summary", str(run), "--json"]):
+    for command in (["report", str(run), "--out", str(tmp_path / "out"), "--json"], ["summary", str(run), "--json"]):
         status, out, _ = _cli(*command)
         assert status in (0, 1, 3)
         assert any("skipped 1 unreadable line(s), first at line 5" in w for w in json.loads(out)["warnings"])
@@ -284,7 +284,7 @@ def test_wrong_shaped_watch_files_are_one_warning(tmp_path, name, content):
     host_dir = RunPaths(run).supervisor_host("node-0")
     host_dir.mkdir(parents=True)
     (host_dir / name).write_text(content)
-    status, out, err = _cli("report", str(run), "--out", str(tmp_path / "r.html"), "--json")
+    status, out, err = _cli("report", str(run), "--out", str(tmp_path / "out"), "--json")
     assert status in (0, 1, 3) and "Traceback" not in err
     assert sum(name in w for w in json.loads(out)["warnings"]) == 1, json.loads(out)["warnings"]
 

@@ -9,12 +9,15 @@ from grpo_doctor.schema import Step
 
 
 @pytest.mark.distributed
-def test_demo_trains_two_cpu_ranks_and_leaves_a_run_directory(tmp_path):
+def test_demo_trains_two_cpu_ranks_into_out_even_with_a_run_dir_exported(tmp_path):
+    # The flag wins over GRPO_DOCTOR_RUN_DIR, which the trainer would otherwise obey.
     out = subprocess.run(
         [sys.executable, "-m", "grpo_doctor.cli.main", "demo", "--steps", "2", "--out", str(tmp_path / "run")],
-        env=clean_env(), cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        env=clean_env(GRPO_DOCTOR_RUN_DIR=str(tmp_path / "exported")), cwd=tmp_path, capture_output=True, text=True,
+        timeout=300,
     )
     assert out.returncode == 0, out.stderr[-3000:]
+    assert not (tmp_path / "exported").exists()
     assert f"run directory: {tmp_path / 'run'}" in out.stdout
     assert "no findings: nothing known to go wrong was seen" in out.stdout
     assert (tmp_path / "run" / "report.html").is_file() and (tmp_path / "run" / "findings.json").is_file()
@@ -42,4 +45,5 @@ def test_demo_rejects_a_malformed_inject_spec_in_one_line(tmp_path):
         env=clean_env(), cwd=tmp_path, capture_output=True, text=True, timeout=300,
     )
     assert out.returncode == 2
-    assert "'hang:rank=x'" in out.stderr and "Traceback" not in out.stderr
+    assert out.stderr.startswith("grpo-doctor: error: --inject 'hang:rank=x': ") and "Traceback" not in out.stderr
+    assert len(out.stderr.splitlines()) == 2 and not (tmp_path / "run").exists()  # message and hint; nothing started

@@ -94,7 +94,7 @@ def _run(*args: str) -> tuple[int, str, str]:
 
 
 def _assert_verdict(run_dir: Path, out_dir: Path, what: str) -> None:
-    status, stdout, stderr = _run("report", str(run_dir), "--out", str(out_dir / "report.html"), "--json")
+    status, stdout, stderr = _run("report", str(run_dir), "--out", str(out_dir), "--json")
     assert status in (0, 1, 3) and "Traceback" not in stderr, f"report on {what}: {stderr[-3000:]}"
     failed = [w for w in json.loads(stdout)["warnings"] if w.startswith("rule ") and " failed (" in w]
     assert not failed, f"report on {what}: {failed}"

@@ -51,7 +51,7 @@ def grpo_doctor(*args):
 
 def test_escape_sequences_in_phase_host_and_exception_are_printed_as_text_by_report(tmp_path):
     run = write_evil_run(tmp_path)
-    out = grpo_doctor("report", str(run), "--out", str(tmp_path / "report.html"))
+    out = grpo_doctor("report", str(run), "--out", str(tmp_path))
     shown = out.stdout + out.stderr
     assert out.returncode == 1, shown.decode(errors="replace")
     assert b"\x1b" not in shown and "\x9b".encode() not in shown and RLO.encode() not in shown
@@ -73,7 +73,7 @@ def test_escape_sequences_in_run_data_are_printed_as_text_by_summary(tmp_path):
 def test_bidi_overrides_from_the_run_never_reach_the_html_raw(tmp_path):
     run = write_evil_run(tmp_path)
     html_path = tmp_path / "report.html"
-    grpo_doctor("report", str(run), "--out", str(html_path))
+    grpo_doctor("report", str(run), "--html", str(html_path))
     html = html_path.read_text(encoding="utf-8")
     assert "rank-crash" in html
     for control in "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069":
@@ -89,7 +89,7 @@ def test_watch_notes_and_panel_show_run_data_as_text(capfd):
     console.close()
     out, err = capfd.readouterr()
     assert out == f"job's own {TITLE}\n"  # the job's output is forwarded byte-exact
-    own = re.sub(r"\r\x1b\[\d+A\x1b\[J", "", err)  # the console's own: erasing its panel
+    own = re.sub(r"\r\x1b\[\d+A\x1b\[J|\x1b\[[\d;]*m", "", err)  # the console's own: erasing its panel, styles
     assert "\x1b" not in own and "\x07" not in own and RLO not in own, repr(err)
     assert "grpo-doctor: rank 1 in \\x1b]52;c;ZXZpbA==\\x07\\x1b[2J\\u202egnp.exe" in own
 

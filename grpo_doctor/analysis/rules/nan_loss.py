@@ -30,6 +30,7 @@ from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.analysis.metric_logs import NONFINITE_CHECKED
 from grpo_doctor.analysis.rollout_tables import EVENT_LOG_SOURCE
 from grpo_doctor.schema import Step
+from grpo_doctor.schema.ranks import format_ranks
 
 ID = "nan-loss"
 
@@ -71,7 +72,7 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
         flagged = sorted({name for _, _, name, _ in at_first}, key=cfg.metrics.index)
         before = table[(table["source"] == source) & (table["step"] < first)].sort_values("step")
         hosts = tuple(sorted({run.host_of(r) for r in ranks} - {None}))
-        where = f"on rank(s) {', '.join(map(str, ranks))}" if ranks else f"({source} log)"
+        where = f"on rank(s) {format_ranks(ranks)}" if ranks else f"({source} log)"
         affected = {step for step, *_ in bad}
         last_logged = table.loc[table["source"] == source, "step"].max()
         recovered = len(affected) == 1 and pd.notna(last_logged) and last_logged > first

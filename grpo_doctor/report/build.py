@@ -1,0 +1,106 @@
+"""The report pipeline: load the evidence, run the rules, write findings.json and report.html.
+
+One place for what `grpo-doctor report`, `watch` (at the end of a job), `demo` and the benchmarks
+all do. Where the two files go:
+- `out_dir` given: both inside it (created if needed);
+- else both in the first run directory among `paths`, or the current directory when only log
+  files were given;
+- `html_path` given: the page there instead, findings.json where the rules above put it.
+A findings.json that is neither in a directory the caller named nor one of this run's (an input
+run directory, or one written earlier for the same inputs) is never overwritten: that is a
+`DoctorError` naming it, so two runs reported from one directory cannot clobber each other.
+
+Typical use:
+    built = build_report([Path("grpo-doctor-runs/20261121-101502-p4711")])
+    print(built.html_path, built.findings.has_critical)
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from grpo_doctor.schema import RunPaths
+from grpo_doctor.schema.errors import DoctorError
+
+
+@dataclass(frozen=True)
+class BuiltReport:
+    findings: Any  # analysis.findings.FindingsFile (imported late: see build_report)
+    html_path: Path
+    findings_path: Path
+
+
+def build_report(paths: list, out_dir: Path | None = None, configs: dict | None = None,
+                 html_path: Path | None = None, full_read: bool = False) -> BuiltReport:
+    """Loads the evidence, runs the rules (with `configs`, {rule id: Config}, in place of their default
+    thresholds), writes findings.json and report.html. Raises DoctorError for unusable paths."""
+    # pandas and matplotlib are imported here, not at module level: `grpo-doctor watch` must start
+    # light. The benchmarks time these functions by wrapping the module attributes, which works
+    # because they are looked up at call time.
+    from grpo_doctor.analysis.coverage import describe_coverage
+    from grpo_doctor.analysis.findings import FindingsFile
+    from grpo_doctor.analysis.load import EvidenceError, load_evidence
+    from grpo_doctor.analysis.rule_settings import changed_settings
+    from grpo_doctor.analysis.rules import run_rules
+    from grpo_doctor.report.render import render_report
+    from grpo_doctor.runlog.decode import paused_gc
+
+    inputs = [str(p) for p in paths]
+    # A big run's millions of records live until the page is written, and each pass of the cyclic
+    # collector over them costs seconds (2 M records: about 2.5 s a pass, several passes while the
+    # rules and plots allocate). They hold no cycles: reference counting frees them below, before
+    # the collector resumes, and it then has only the plots' few cycles left to find.
+    with paused_gc():
+        try:
+            evidence = load_evidence(paths, read_budget_bytes=None) if full_read else load_evidence(paths)
+        except EvidenceError as exc:
+            if isinstance(exc, DoctorError):
+                raise
+            # Until analysis/load.py's EvidenceError subclasses DoctorError: one error type for main().
+            raise DoctorError(str(exc), exc.hint) from None
+        directory = _output_dir(out_dir, evidence.paths)
+        findings_path = RunPaths(directory).findings_json
+        if out_dir is None:
+            refuse_foreign_findings(findings_path, inputs)
+        html = html_path if html_path is not None else RunPaths(directory).report_html
+        if html.is_dir():
+            raise DoctorError(f"--html {html} is a directory",
+                              f"name the page, e.g. --html {RunPaths(html).report_html}, or pass --out {html}")
+        findings, warnings = run_rules(evidence, configs=configs)
+        read, not_checked, unrecognised = describe_coverage(evidence)
+        result = FindingsFile(run=inputs, findings=findings, warnings=unrecognised + warnings,
+                              settings=changed_settings(configs or {}), inputs=[i.to_dict() for i in read],
+                              not_checked=not_checked)
+        directory.mkdir(parents=True, exist_ok=True)
+        html.parent.mkdir(parents=True, exist_ok=True)
+        written = result.write(findings_path)
+        render_report(evidence, result, html)
+        del evidence
+    return BuiltReport(findings=result, html_path=html, findings_path=written)
+
+
+def _output_dir(out_dir: Path | None, paths: list[Path]) -> Path:
+    if out_dir is not None:
+        if out_dir.exists() and not out_dir.is_dir():
+            raise DoctorError(f"--out {out_dir} is a file, not a directory",
+                              "--out names the directory that gets report.html and findings.json; "
+                              f"for the page alone use --html {out_dir}")
+        return out_dir
+    return next((p for p in paths if p.is_dir()), Path.cwd())
+
+
+def refuse_foreign_findings(findings_path: Path, inputs: list[str]) -> None:
+    """A findings.json outside the input run directories, in a directory nobody named as the output
+    (the current directory, when only logs were given), is replaced only when it holds a report of
+    these same inputs; else DoctorError."""
+    if not findings_path.exists() or any(findings_path.parent == Path(p) for p in inputs if Path(p).is_dir()):
+        return
+    try:
+        earlier = json.loads(findings_path.read_text(errors="replace")).get("run")
+    except (OSError, ValueError, AttributeError):
+        earlier = None
+    if earlier != inputs:
+        raise DoctorError(f"{findings_path} exists and is not a report of {' '.join(inputs)}; not overwriting it",
+                          "pass --out DIR to write report.html and findings.json there")
