@@ -68,6 +68,7 @@ from grpo_doctor.runlog.parallel_read import read_rank_files
 from grpo_doctor.runlog.rank_log import RankLog, RunLog
 from grpo_doctor.runlog.window import RUN_BUDGET_BYTES, sampled_files_warning
 from grpo_doctor.schema import Error, Header, Rng, Rollout, RunPaths, Step
+from grpo_doctor.schema.errors import DoctorError
 from grpo_doctor.schema.field_checks import MAX_WORLD_SIZE, within_depth
 from grpo_doctor.schema.run_paths import WatchPaths
 from grpo_doctor.schema.watch_files import HangReport, WatchSummary
@@ -82,12 +83,8 @@ SAMPLE_COLUMNS = ["host", "kind", "t"]
 MAX_SAMPLE_ROWS = 2_000_000
 
 
-class EvidenceError(Exception):
+class EvidenceError(DoctorError):
     """A path given to `load_evidence` cannot be used; carries a hint for the user."""
-
-    def __init__(self, message: str, hint: str):
-        super().__init__(message)
-        self.hint = hint
 
 
 @dataclass

@@ -47,6 +47,10 @@ def add_parser(sub) -> None:
     p.add_argument("--rules-config", type=Path, metavar="FILE.toml",
                    help="thresholds from a TOML file, one table per rule id: [seed-collision] "
                         "min_identical_frac = 0.6; --set wins over it (default: the rules' own thresholds)")
+    p.add_argument("--full-read", action="store_true",
+                   help="read every line of every rank file (default: a big run's rank files beyond their share "
+                        "of a 64 MB read budget are read by window: the head, the latest steps in full, samples "
+                        "of the middle; a warning says when)")
     p.set_defaults(run=run)
 
 
@@ -65,7 +69,7 @@ def run(args) -> int:
               f"--html {html_path}", file=sys.stderr)
         refuse_foreign_findings(RunPaths(out_dir).findings_json, [str(p) for p in args.paths])
     configs = rule_configs(args.settings, args.rules_config)
-    built = build_report(args.paths, out_dir=out_dir, configs=configs, html_path=html_path)
+    built = build_report(args.paths, out_dir=out_dir, configs=configs, html_path=html_path, full_read=args.full_read)
     if args.json:
         print(built.findings.to_json())
     else:

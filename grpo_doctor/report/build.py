@@ -41,7 +41,7 @@ def build_report(paths: list, out_dir: Path | None = None, configs: dict | None 
     # because they are looked up at call time.
     from grpo_doctor.analysis.coverage import describe_coverage
     from grpo_doctor.analysis.findings import FindingsFile
-    from grpo_doctor.analysis.load import EvidenceError, load_evidence
+    from grpo_doctor.analysis.load import load_evidence
     from grpo_doctor.analysis.rule_settings import changed_settings
     from grpo_doctor.analysis.rules import run_rules
     from grpo_doctor.report.render import render_report
@@ -53,13 +53,7 @@ def build_report(paths: list, out_dir: Path | None = None, configs: dict | None 
     # rules and plots allocate). They hold no cycles: reference counting frees them below, before
     # the collector resumes, and it then has only the plots' few cycles left to find.
     with paused_gc():
-        try:
-            evidence = load_evidence(paths, read_budget_bytes=None) if full_read else load_evidence(paths)
-        except EvidenceError as exc:
-            if isinstance(exc, DoctorError):
-                raise
-            # Until analysis/load.py's EvidenceError subclasses DoctorError: one error type for main().
-            raise DoctorError(str(exc), exc.hint) from None
+        evidence = load_evidence(paths, read_budget_bytes=None) if full_read else load_evidence(paths)
         directory = _output_dir(out_dir, evidence.paths)
         findings_path = RunPaths(directory).findings_json
         if out_dir is None:

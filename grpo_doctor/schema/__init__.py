@@ -10,6 +10,7 @@ one part and read back by another, and where in a run directory it lives.
 - `run_info`: run.json (`RunInfo`, one `WatchHost` per node's watch)
 - `probe_results`: `grpo-doctor probe`'s node reports and collectives file, and their `Problem`s
 - `json_shapes`: the shape checks their `from_dict` make on a file read back (`FormatError`)
+- `errors`: `DoctorError`, the base of every error a user can fix (a message and a hint)
 
 Typical use:
     from grpo_doctor.schema import PhaseBegin, RunPaths, record_from_dict

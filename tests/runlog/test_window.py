@@ -103,3 +103,15 @@ def test_a_restart_in_the_unread_middle_is_found(tmp_path):
     assert [e.message for e in windowed.records if isinstance(e, Error)] == ["NCCL communicator was aborted"]
     assert windowed.errors == full.errors == []  # the latest attempt's: none
     assert windowed.end == full.end
+
+
+def test_report_says_it_read_by_window_and_full_read_reads_every_line(big_run, tmp_path, capsys):
+    from grpo_doctor.cli.main import main
+
+    assert main(["report", str(big_run), "--out", str(tmp_path / "windowed"), "--json"]) == 0
+    windowed = json.loads(capsys.readouterr().out)
+    assert main(["report", str(big_run), "--out", str(tmp_path / "full"), "--json", "--full-read"]) == 0
+    full = json.loads(capsys.readouterr().out)
+    assert any("read by window" in w and "--full-read" in w for w in windowed["warnings"])
+    assert not any("read by window" in w for w in full["warnings"])
+    assert [(f["id"], f["ranks"]) for f in windowed["findings"]] == [(f["id"], f["ranks"]) for f in full["findings"]]
