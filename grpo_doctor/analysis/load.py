@@ -32,7 +32,6 @@ Typical use:
 """
 from __future__ import annotations
 
-import functools
 import json
 import os
 import stat
@@ -59,12 +58,11 @@ from grpo_doctor.runlog.decode import paused_gc
 from grpo_doctor.runlog.eventlog import (
     RANK_FILE_GLOB,
     RunDirError,
-    load_run,
     regular_files,
     special_file_kind,
 )
 from grpo_doctor.runlog.lines import lines_of
-from grpo_doctor.runlog.parallel_read import read_rank_files
+from grpo_doctor.runlog.parallel_read import read_run
 from grpo_doctor.runlog.rank_log import RankLog, RunLog
 from grpo_doctor.runlog.window import RUN_BUDGET_BYTES, sampled_files_warning
 from grpo_doctor.schema import Error, Header, Rng, Rollout, RunPaths, Step
@@ -182,8 +180,7 @@ def load_evidence(paths: Sequence[str | Path], read_budget_bytes: int | None = R
     with paused_gc():
         if rank_sources:
             try:
-                read = functools.partial(read_rank_files, run_budget_bytes=read_budget_bytes)
-                ev.run = load_run(rank_sources, read_files=read)
+                ev.run = read_run(rank_sources, run_budget_bytes=read_budget_bytes)
             except RunDirError as exc:
                 raise EvidenceError(str(exc), exc.hint) from None
             ev.warnings += ev.run.warnings + sampled_files_warning(ev.run)

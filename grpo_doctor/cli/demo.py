@@ -26,7 +26,8 @@ from grpo_doctor.cli import summary
 from grpo_doctor.cli.errors import UserError
 from grpo_doctor.report.build import build_report
 from grpo_doctor.report.console import format_findings
-from grpo_doctor.runlog.eventlog import RunDirError, load_run
+from grpo_doctor.runlog.eventlog import RunDirError
+from grpo_doctor.runlog.parallel_read import read_run
 from grpo_doctor.schema import DEFAULT_RUNS_ROOT, RUN_DIR_ENV
 
 # Run in a child interpreter: each spec through the trainer's own parser, the first bad one's
@@ -92,7 +93,7 @@ def run(args) -> int:
     env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"), **{RUN_DIR_ENV: str(out)})
     status = _run_with_timeout(command, env, args.run_timeout)
     try:
-        log = load_run([out])
+        log = read_run([out])
     except RunDirError as exc:
         raise UserError(
             f"the trainer exited with status {status} before recording anything ({exc})",

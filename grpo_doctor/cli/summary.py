@@ -14,10 +14,11 @@ import statistics
 import time
 
 from grpo_doctor.logs.terminal_text import terminal_safe
-from grpo_doctor.runlog.eventlog import load_run
+from grpo_doctor.runlog.columns import as_list
+from grpo_doctor.runlog.parallel_read import read_run
 from grpo_doctor.runlog.rank_log import RankLog, RunLog
 from grpo_doctor.runlog.rank_states import NO_END, rank_state
-from grpo_doctor.schema import Memory, PhaseEnd, Record, Step
+from grpo_doctor.schema import Record, Step
 
 EXIT_HELP = """\
 exit status: 0 every rank ended cleanly; 1 a rank ended by an exception or a signal, or has no end
@@ -33,7 +34,8 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    log = load_run(args.paths)
+    # The report's reader: columns for phases and memory, a big run's files read by window.
+    log = read_run(args.paths)
     rows = summarise(log)
     if args.json:
         print(json.dumps({"ranks": rows, "warnings": log.warnings}, indent=2))
@@ -49,31 +51,51 @@ def summarise(run: RunLog, now: float | None = None) -> list[dict]:
 
 def _rank_row(log: RankLog, now: float) -> dict:
     state = rank_state(log)
-    steps = log.of_kind(Step)
-    records = [r for r in log.records if isinstance(r, Record)]
-    step_times = [b.t - a.t for a, b in zip(steps, steps[1:], strict=False)]
-    rss = [m.host_rss_bytes for m in log.of_kind(Memory) if m.host_rss_bytes]
-    gpu = [m.peak_allocated_bytes for m in log.of_kind(Memory) if m.peak_allocated_bytes]
-    slowest = max(log.of_kind(PhaseEnd), key=lambda p: p.duration_s, default=None)
+    steps = [r for r in log.records if type(r) is Step]
+    # Consecutive steps only: a file read by window has gaps between its regions.
+    step_times = [b.t - a.t for a, b in zip(steps, steps[1:], strict=False) if b.step == a.step + 1]
+    slowest = _slowest_phase(log)
+    last = log.last_record
     return {
         "rank": state.rank,
         "host": state.host,
         "pids": sorted(log.pids),
-        "steps_done": len(steps),
+        "steps_done": _steps_done(log, steps),
         "last_step": state.last_step,
         "state": state.ended or NO_END,
         "signal": state.signal,
         "failed": state.failed,
         "open_phase": state.open_phase,
-        "since_last_record_s": round(now - records[-1].t, 1) if records else None,
+        "since_last_record_s": round(now - last.t, 1) if isinstance(last, Record) else None,
         "median_step_s": round(statistics.median(step_times), 3) if step_times else None,
-        "slowest_phase": slowest.path if slowest else None,
-        "slowest_phase_s": round(slowest.duration_s, 3) if slowest else None,
-        "peak_host_rss_bytes": max(rss) if rss else None,
-        "peak_gpu_allocated_bytes": max(gpu) if gpu else None,
+        "slowest_phase": slowest[0] if slowest else None,
+        "slowest_phase_s": round(slowest[1], 3) if slowest else None,
+        "peak_host_rss_bytes": _column_max(log, "host_rss_bytes"),
+        "peak_gpu_allocated_bytes": _column_max(log, "peak_allocated_bytes"),
         "error": state.error,
         "bad_lines": log.num_bad_lines,
     }
+
+
+def _steps_done(log: RankLog, steps: list[Step]) -> int:
+    """Step records written; of a file read by window, the span from its first to its last."""
+    if log.sampled and steps:
+        return steps[-1].step - steps[0].step + 1
+    return len(steps)
+
+
+def _slowest_phase(log: RankLog) -> tuple[str, float] | None:
+    phases = log.tables.phases
+    ended = [(d, p) for d, p in zip(as_list(phases["duration_s"]), as_list(phases["path"]), strict=True) if d is not None]
+    if not ended:
+        return None
+    duration_s, path = max(ended, key=lambda pair: pair[0])
+    return path, duration_s
+
+
+def _column_max(log: RankLog, name: str) -> int | None:
+    values = [v for v in as_list(log.tables.memory[name]) if v]
+    return max(values) if values else None
 
 
 def format_summary(run: RunLog, rows: list[dict]) -> str:

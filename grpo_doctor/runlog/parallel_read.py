@@ -11,7 +11,7 @@ threads can deadlock the child, so while other threads run (`grpo-doctor watch` 
 end of a job) the files are read in this process too.
 
 Typical use:
-    run = load_run(["runs/job-17"], read_files=read_rank_files)
+    run = read_run(["runs/job-17"])      # the reader of the report, watch's summary and `summary`
 """
 from __future__ import annotations
 
@@ -20,10 +20,12 @@ import multiprocessing
 import os
 import sys
 import threading
+from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from grpo_doctor.runlog.rank_log import RankLog
+from grpo_doctor.runlog.eventlog import load_run
+from grpo_doctor.runlog.rank_log import RankLog, RunLog
 from grpo_doctor.runlog.rank_tables import read_rank_tables
 from grpo_doctor.runlog.window import RUN_BUDGET_BYTES, file_budget_bytes
 
@@ -46,6 +48,12 @@ def read_rank_files(files: list[Path], run_budget_bytes: int | None = RUN_BUDGET
             return list(pool.map(read, files))
     except OSError:  # no process to be had (fork failed: a limit on processes or memory); a file's own
         return [read(path) for path in files]  # OSError comes back as a value, never raised here
+
+
+def read_run(paths: Sequence[str | Path], run_budget_bytes: int | None = RUN_BUDGET_BYTES) -> RunLog:
+    """`load_run` with every rank file read into columns (rank_tables.py), in parallel for a big run,
+    files beyond their share of the read budget by window; None reads every line."""
+    return load_run(paths, read_files=functools.partial(read_rank_files, run_budget_bytes=run_budget_bytes))
 
 
 def _read(path: Path, budget_bytes: int | None) -> RankLog | OSError:

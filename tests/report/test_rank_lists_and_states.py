@@ -13,6 +13,7 @@ from grpo_doctor.report.console import format_findings
 from grpo_doctor.report.render import render_html
 from grpo_doctor.report.sections import rank_rows
 from grpo_doctor.runlog.eventlog import load_run
+from grpo_doctor.runlog.parallel_read import read_run
 from grpo_doctor.runlog.rank_states import rank_states
 from grpo_doctor.schema.watch_files import WatchedRank, WatchSummary
 from grpo_doctor.supervisor.summary import summary_lines
@@ -41,7 +42,7 @@ def test_a_hung_and_a_crashed_rank_are_described_alike_by_summary_report_and_wat
         "rank 1: no end record; last phase rollout, step 9",
     ]
     # grpo-doctor summary
-    rows = summarise(load_run([run]), now=0.0)
+    rows = summarise(read_run([run]), now=0.0)
     assert [(r["state"], r["open_phase"], r["last_step"], r["error"]) for r in rows] == [
         ("exception", None, 9, "RuntimeError in reward"), ("no end record", "rollout", 9, None)]
     # the report's Ranks table
