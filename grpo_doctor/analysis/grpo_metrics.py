@@ -24,6 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import PurePath
 
+import numpy as np
 import pandas as pd
 
 from grpo_doctor.analysis.load import Evidence
@@ -85,9 +86,15 @@ def column(steps: pd.DataFrame, name: str) -> pd.Series | None:
 def consecutive_runs(mask: pd.Series) -> list[tuple[int, int, int]]:
     """(first step, last step, number of steps) of each run of True in consecutive *logged* steps.
 
-    Logged, not numbered: with logging_steps = 10 the steps 10, 20, 30 are consecutive."""
+    Logged, not numbered: with logging_steps = 10 the steps 10, 20, 30 are consecutive. A gap of more
+    than twice the usual interval breaks a run: the unread stretch between two windows of a big rank
+    file (runlog/window.py) is no evidence either way."""
     runs, start, count, previous = [], None, 0, None
-    for step, flag in mask.items():
+    gaps = unusual_gaps(mask.index)
+    for (step, flag), gap in zip(mask.items(), gaps, strict=True):
+        if gap and start is not None:
+            runs.append((int(start), int(previous), count))
+            start, count = None, 0
         if flag:
             start = step if start is None else start
             count += 1
@@ -98,6 +105,17 @@ def consecutive_runs(mask: pd.Series) -> list[tuple[int, int, int]]:
     if start is not None:
         runs.append((int(start), int(previous), count))
     return runs
+
+
+def unusual_gaps(steps) -> list[bool]:
+    """For each step of an ascending index, whether it follows the one before by more than twice the
+    median interval."""
+    values = np.asarray(steps, dtype=float)
+    if len(values) < 3:
+        return [False] * len(values)
+    intervals = np.diff(values)
+    usual = float(np.median(intervals))
+    return [False, *(intervals > 2 * usual).tolist()]
 
 
 def longest_run(mask: pd.Series, min_steps: int) -> tuple[int, int, int] | None:

@@ -89,12 +89,14 @@ def refuse_foreign_findings(findings_path: Path, inputs: list[str]) -> None:
     """A findings.json outside the input run directories, in a directory nobody named as the output
     (the current directory, when only logs were given), is replaced only when it holds a report of
     these same inputs; else DoctorError."""
-    if not findings_path.exists() or any(findings_path.parent == Path(p) for p in inputs if Path(p).is_dir()):
+    if not findings_path.exists() or any(findings_path.parent.resolve() == Path(p).resolve()
+                                         for p in inputs if Path(p).is_dir()):
         return
     try:
         earlier = json.loads(findings_path.read_text(errors="replace")).get("run")
-    except (OSError, ValueError, AttributeError):
+        earlier = [str(Path(p).resolve()) for p in earlier]  # ./x.log and x.log are one input
+    except (OSError, ValueError, AttributeError, TypeError):
         earlier = None
-    if earlier != inputs:
+    if earlier != [str(Path(p).resolve()) for p in inputs]:
         raise DoctorError(f"{findings_path} exists and is not a report of {' '.join(inputs)}; not overwriting it",
                           "pass --out DIR to write report.html and findings.json there")

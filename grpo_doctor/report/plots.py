@@ -26,6 +26,7 @@ import pandas as pd  # noqa: E402
 from matplotlib.collections import PolyCollection  # noqa: E402
 from matplotlib.ticker import FixedLocator, FuncFormatter, MaxNLocator  # noqa: E402
 
+from grpo_doctor.analysis.grpo_metrics import unusual_gaps  # noqa: E402
 from grpo_doctor.analysis.load import Evidence  # noqa: E402
 from grpo_doctor.report.time_cut import TimeCut, duration_text, find_cut  # noqa: E402
 
@@ -260,6 +261,9 @@ def step_metrics(ev: Evidence, max_metrics: int = MAX_METRICS) -> str | None:
     if steps.empty or steps["step"].isna().all():
         return None
     steps = steps.sort_values(["rank", "step"]).assign(step_time_s=lambda d: d.groupby("rank")["t"].diff())
+    # No step time across a gap (the unread middle of a big rank file: runlog/window.py).
+    gap = steps.groupby("rank")["step"].transform(lambda s: pd.Series(unusual_gaps(s), index=s.index))
+    steps.loc[gap.astype(bool), "step_time_s"] = np.nan
     metrics = [c for c in steps.columns if c not in ("rank", "host", "step", "t")
                and pd.api.types.is_numeric_dtype(steps[c]) and steps[c].notna().any()]
     metrics = (["step_time_s"] + [m for m in metrics if m != "step_time_s"])[:max_metrics]

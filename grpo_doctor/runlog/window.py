@@ -40,6 +40,9 @@ TAIL_SHARE = 0.6
 SAMPLE_BLOCK_BYTES = 16 * 1024
 # Around a restart found in the middle: the end of the attempt before it (its error, its end record).
 RESTART_WINDOW_BYTES = 256 * 1024
+# How far back from the last part a restart's header is looked for, in multiples of the bytes a
+# file's plan reads (at 512 KB, the last 16 MB before it).
+RESTART_SEARCH_SHARES = 32
 READ_BLOCK_BYTES = 256 * 1024
 # Between regions in `region_lines`' output; compared by identity, never a line of a file.
 REGION_BREAK = bytes(bytearray(b"\0region-break"))
@@ -103,12 +106,14 @@ def region_lines(path: Path, plan: ReadPlan, max_line_bytes: int) -> Iterator[tu
     empty, as `eventlog.lines_of` does."""
     with path.open("rb") as f:
         done = 0  # where the previous region's last line ended
-        for number, (start, end) in enumerate(plan.regions):
+        for start, end in plan.regions:
             if end <= done:
                 continue
-            start = max(start, done)
-            if number:
-                yield 0, REGION_BREAK, True
+            if start > done:  # lines in between go unread: what was open may have closed there
+                if done:
+                    yield 0, REGION_BREAK, True
+            else:
+                start = done
             f.seek(max(0, start - 1))
             if start > 0 and f.read(1) != b"\n":  # inside a line: skip to its end
                 start += len(_through_newline(f, max_line_bytes))
@@ -145,14 +150,15 @@ def _lines_between(f, start: int, end: int, max_line_bytes: int) -> Iterator[tup
             line_start += len(line) + 1
         if len(tail) >= max_line_bytes:  # garbage without newlines: one bad line, skipped to its end
             yield line_start + 1, b"", True
-            rest = _through_newline(f, 2**62)
-            offset += len(rest)
+            offset = line_start + len(tail) + len(_through_newline(f, 2**62))
+            f.seek(offset)  # _through_newline read past the newline
             line_start, tail = offset, b""
     if tail:  # the region ended inside a line: finish it
         rest = _through_newline(f, max_line_bytes)
         line = tail + rest.rstrip(b"\n")
+        overlong = len(line) >= max_line_bytes  # one bad line, not one cut short by the end of the file
         if not line.isspace():
-            yield line_start + 1, (b"" if len(line) >= max_line_bytes else line), rest.endswith(b"\n")
+            yield line_start + 1, (b"" if overlong else line), rest.endswith(b"\n") or overlong
         offset += len(rest)
     return offset
 
@@ -162,30 +168,43 @@ _HEADER_KIND = re.compile(rb'"kind":\s*"header"')
 _HEADER_KIND_MAX_BYTES = 32
 
 
-def last_header_offset(path: Path, before: int) -> int | None:
-    """Where the last header line before `before` starts, searched backwards (a restart's header in
-    the unread middle); None when there is none."""
+def last_header_offset(path: Path, before: int, max_back_bytes: int) -> int | None:
+    """Where the last header line before `before` starts, searched backwards over at most
+    `max_back_bytes` (a restart's header in the unread middle); None when there is none there."""
+    lowest = max(0, before - max_back_bytes)
     with path.open("rb") as f:
         end = before
-        while end > 0:
-            start = max(0, end - 8 * READ_BLOCK_BYTES)
+        while end > lowest:
+            start = max(lowest, end - 8 * READ_BLOCK_BYTES)
             f.seek(start)
             block = f.read(end - start + _HEADER_KIND_MAX_BYTES)
             at = max((m.start() for m in _HEADER_KIND.finditer(block)), default=-1)
             if at >= 0:
-                line_start = block.rfind(b"\n", 0, at)
-                if line_start >= 0 or start == 0:
-                    return start + line_start + 1
-                end = start + at  # the line starts in an earlier block: look there for its newline
-                continue
+                return _line_start(f, start + at, lowest)
             end = start
     return None
 
 
+def _line_start(f, at: int, lowest: int) -> int | None:
+    """Where the line holding byte `at` starts: after the newline before it, found no lower than
+    `lowest` (the file's first line starts at 0)."""
+    end = at
+    while end > lowest:
+        start = max(lowest, end - READ_BLOCK_BYTES)
+        f.seek(start)
+        newline = f.read(end - start).rfind(b"\n")
+        if newline >= 0:
+            return start + newline + 1
+        end = start
+    return 0 if lowest == 0 else None
+
+
 def restart_regions(path: Path, plan: ReadPlan) -> list[tuple[int, int]]:
-    """The window around the last header in the middle of the file (see the module doc)."""
+    """The window around the last header in the middle of the file (see the module doc), looked for
+    no further back than RESTART_SEARCH_SHARES x the bytes planned: the search must not cost what
+    the window saves."""
     tail_start = plan.regions[-1][0]
-    at = last_header_offset(path, tail_start)
+    at = last_header_offset(path, tail_start, RESTART_SEARCH_SHARES * plan.planned_bytes)
     if at is None or at < HEAD_BYTES:
         return []
     return [(at - RESTART_WINDOW_BYTES, at + RESTART_WINDOW_BYTES)]

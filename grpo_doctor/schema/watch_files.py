@@ -37,8 +37,10 @@ def _thread(value: Any) -> bool:
     """A ThreadStack as to_dict writes it (null where the rank had none)."""
     if value is None:
         return True
-    if type(value) is not dict or not all(type(f) is dict and type(f.get("function")) is str
-                                          and type(f.get("filename")) is str for f in value.get("frames") or []):
+    if type(value) is not dict or type(value.get("frames")) not in (list, type(None)):
+        return False
+    if not all(type(f) is dict and type(f.get("function")) is str and type(f.get("filename")) is str
+               for f in value.get("frames") or []):
         return False
     try:
         ThreadStack.from_dict(value)

@@ -13,7 +13,7 @@ from grpo_doctor.analysis.load import load_evidence
 from grpo_doctor.analysis.rules import run_rules
 from grpo_doctor.runlog.lines import MAX_LINE_BYTES, lines_of
 from grpo_doctor.runlog.rank_tables import read_rank_tables
-from grpo_doctor.runlog.window import REGION_BREAK, plan_read, region_lines
+from grpo_doctor.runlog.window import REGION_BREAK, ReadPlan, last_header_offset, plan_read, region_lines
 from grpo_doctor.schema import Error, Header, RunPaths
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
@@ -115,3 +115,31 @@ def test_report_says_it_read_by_window_and_full_read_reads_every_line(big_run, t
     assert any("read by window" in w and "--full-read" in w for w in windowed["warnings"])
     assert not any("read by window" in w for w in full["warnings"])
     assert [(f["id"], f["ranks"]) for f in windowed["findings"]] == [(f["id"], f["ranks"]) for f in full["findings"]]
+
+
+def test_an_overlong_line_in_a_region_loses_no_line_after_it(tmp_path):
+    path = tmp_path / "f"
+    later = [f"line{i}".encode() for i in range(5)]
+    path.write_bytes(b"x" * 300_000 + b"\n" + b"\n".join(later) + b"\n")
+    size = path.stat().st_size
+    got = list(region_lines(path, ReadPlan(size, ((0, size),)), 100_000))
+    assert got[0] == (1, b"", True)  # one bad line, as lines_of counts it
+    assert [line for _, line, _ in got[1:]] == later
+    cut_inside = list(region_lines(path, ReadPlan(size, ((0, 1000),)), 100_000))
+    assert cut_inside == [(1, b"", True)]  # overlong, not "the process died mid-write"
+
+
+def test_a_header_with_no_newline_before_it_ends_the_search(tmp_path):
+    """Zeros a crash left, then a restart's header: the backward search ends (it once looped for ever)."""
+    run_dir = tmp_path / "run"
+    write_run(run_dir, 1, 1500)
+    path = RunPaths(run_dir).rank_file(0)
+    lines = path.read_bytes().splitlines(keepends=True)
+    cut = len(lines) // 3
+    header = json.loads(lines[0]) | {"pid": 51_000}
+    later = [json.dumps(json.loads(line) | {"pid": 51_000}).encode() + b"\n" for line in lines[cut:]]
+    path.write_bytes(b"".join([*lines[:cut], b"\0" * 3_000_000, json.dumps(header).encode() + b"\n", *later]))
+    assert last_header_offset(path, path.stat().st_size, 64 * 2**20) is not None
+    log, full = read_rank_tables(path, budget_bytes=BUDGET_BYTES), read_rank_tables(path)
+    assert log.sampled and log.last_step == full.last_step == 1499
+    assert log.header == full.header  # the zeros and the header are one garbage line to both

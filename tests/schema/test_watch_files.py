@@ -60,6 +60,8 @@ def test_older_and_minimal_watch_files_load_with_defaults():
     ({"culprits": ["x"]}, "culprits"),
     ({"stacks": {"0": {"frames": [{"function": 1}]}}}, "stacks"),
     ({"stacks": {"0": {"frames": []}}}, "stacks"),  # no thread_id
+    ({"stacks": {"0": {"frames": 5}}}, "stacks"),  # once a TypeError out of the report
+    ({"stacks": {"0": {"frames": True}}}, "stacks"),
     ({"detected_t": "soon"}, "detected_t"),
     ({"ranks": {"zero": {}}}, "ranks"),
     ({"ptrace_denied": "no"}, "ptrace_denied"),
