@@ -133,6 +133,18 @@ def _through_newline(f, limit: int) -> bytes:
     return bytes(out)
 
 
+def _bytes_through_newline(f) -> int:
+    """How many bytes up to and including the next newline; held one block at a time (a line of
+    garbage may be gigabytes)."""
+    count = 0
+    while block := f.read(READ_BLOCK_BYTES):
+        newline = block.find(b"\n")
+        if newline >= 0:
+            return count + newline + 1
+        count += len(block)
+    return count
+
+
 def _lines_between(f, start: int, end: int, max_line_bytes: int) -> Iterator[tuple[int, bytes, bool]]:
     """The lines starting in [start, end), each to its newline; returns where the last one ended."""
     offset = line_start = start  # offset: bytes read so far; line_start: where `tail` begins
@@ -150,8 +162,8 @@ def _lines_between(f, start: int, end: int, max_line_bytes: int) -> Iterator[tup
             line_start += len(line) + 1
         if len(tail) >= max_line_bytes:  # garbage without newlines: one bad line, skipped to its end
             yield line_start + 1, b"", True
-            offset = line_start + len(tail) + len(_through_newline(f, 2**62))
-            f.seek(offset)  # _through_newline read past the newline
+            offset = line_start + len(tail) + _bytes_through_newline(f)
+            f.seek(offset)  # the skip read past the newline
             line_start, tail = offset, b""
     if tail:  # the region ended inside a line: finish it
         rest = _through_newline(f, max_line_bytes)
