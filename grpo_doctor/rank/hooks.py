@@ -112,9 +112,17 @@ def _chain_signal(current: CurrentRecorder, signum: int):
 
 
 def _end_by_signal(current: CurrentRecorder, signum: int, name: str) -> None:
-    recorder = _live(current)
+    recorder = current()
     if recorder is not None:
-        recorder.end(EndReason.SIGNAL, name, timeout_s=SIGNAL_LOCK_TIMEOUT_S)
+        if recorder.ending_in_this_thread():
+            # A second signal (watch's SIGTERM and torchrun's arrive together) ran this handler again
+            # inside the first, which is still writing the end record: it ends the process once the
+            # record is on disk. Killing the process here lost the record.
+            return
+        if not recorder.ended:
+            recorder.end(EndReason.SIGNAL, name, timeout_s=SIGNAL_LOCK_TIMEOUT_S)
+        else:  # another thread (the signal watcher) is writing it: let it finish first
+            recorder.end_written.wait(SIGNAL_LOCK_TIMEOUT_S)
     if threading.current_thread() is threading.main_thread():
         signal.signal(signum, signal.SIG_DFL)
     else:

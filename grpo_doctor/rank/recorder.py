@@ -59,8 +59,10 @@ class Recorder:
         self.sync = sync
         self.current_step = start_step
         self.nvml = nvml or Nvml()
-        self.ended = False
+        self.ended = False  # set as the end record is begun: nothing is recorded after it
         self._end_lock = threading.Lock()  # a handler and the signal watcher may both end us
+        self.end_written = threading.Event()  # the end record is on disk (or could not be written)
+        self._ending_thread: int | None = None
         self._local = threading.local()
         self._main_stack = self._stack()  # the main thread's phases, for End records from handlers
         self.sink = JsonlSink(
@@ -144,16 +146,24 @@ class Recorder:
             if self.ended:
                 return
             self.ended = True
-        where = self._open_phase()
-        end = End(
-            *self._common(self.current_step),
-            reason=reason,
-            signal=signal_name,
-            open_path=where[1] if where else None,
-            num_dropped=self.sink.num_dropped,
-        )
-        self.sink.write_now([end], timeout_s)
-        self.sink.close(timeout_s=2.0 if timeout_s is None else timeout_s)
+            self._ending_thread = threading.get_ident()
+        try:
+            where = self._open_phase()
+            end = End(
+                *self._common(self.current_step),
+                reason=reason,
+                signal=signal_name,
+                open_path=where[1] if where else None,
+                num_dropped=self.sink.num_dropped,
+            )
+            self.sink.write_now([end], timeout_s)
+            self.sink.close(timeout_s=2.0 if timeout_s is None else timeout_s)
+        finally:
+            self.end_written.set()
+
+    def ending_in_this_thread(self) -> bool:
+        """Whether this thread is writing the end record now: a signal handler re-entered inside it."""
+        return self._ending_thread == threading.get_ident() and not self.end_written.is_set()
 
     def flush(self, timeout_s: float | None = None) -> None:
         self.sink.flush(timeout_s)

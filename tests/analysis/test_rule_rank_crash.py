@@ -80,3 +80,19 @@ def test_ranks_watch_saw_leave_after_a_clean_end_are_not_crashes(tmp_path):
     (host_dir / "summary.json").write_text(json.dumps({"host": "node-0", "hang_ended_by_watch": False,
                                                        "ranks": ranks}))
     assert list(rank_crash.check(load_evidence([run_dir]), rank_crash.Config())) == []
+
+
+def test_a_hung_rank_watch_stopped_before_it_wrote_its_end_is_the_hang_not_a_crash(tmp_path):
+    """The rank stuck in rollout wrote no end record before watch ended the job (it was killed after the
+    grace period, or too stuck to run its handler): the hang explains it; a crash would lead instead."""
+    run_dir = tmp_path / "run"
+    write_rank(run_dir, 0, [header(0, 2), PhaseBegin(**common(0, step=3), phase="reward", path="reward"),
+                            End(**common(0, step=3), reason=EndReason.SIGNAL, signal="SIGTERM", open_path="reward")])
+    write_rank(run_dir, 1, [header(1, 2), PhaseBegin(**common(1, step=3), phase="rollout", path="rollout")])
+    host_dir = run_dir / "supervisor" / "node-0"
+    host_dir.mkdir(parents=True)
+    summary = {"host": "node-0", "hang_ended_by_watch": False, "ranks": {}}
+    (host_dir / "summary.json").write_text(json.dumps(summary))
+    assert [f.ranks for f in _check(run_dir) if f.severity == "critical"] == [(1,)]  # no hang: a crash
+    (host_dir / "summary.json").write_text(json.dumps(summary | {"hang_ended_by_watch": True}))
+    assert _check(run_dir) == []

@@ -203,3 +203,28 @@ def test_sigterm_ends_a_rank_blocked_inside_a_collective_with_its_end_record(tmp
             proc.wait(timeout=10)
     end = load_run([tmp_path / "run"]).ranks[0].end
     assert (end.reason, end.signal, end.open_path) == ("signal", "SIGTERM", "reward")
+
+
+def test_a_second_sigterm_while_the_end_record_is_written_does_not_lose_it(tmp_path):
+    """watch and torchrun's agent both send SIGTERM: the second arrives while the handler of the first is
+    writing the end record, and runs the handler again inside it. The record must still reach disk
+    (it was lost in about one run in four of a watched hang)."""
+    out = run_program(tmp_path, """
+        import os, signal, time, grpo_doctor as gd
+        from grpo_doctor.rank import api
+        gd.init("run")
+        sink = api._recorder.sink
+        write_now = sink.write_now
+        def second_signal_then_write(records, timeout_s=None):
+            if records:
+                os.kill(os.getpid(), signal.SIGTERM)  # the handler runs again at the next bytecode
+            return write_now(records, timeout_s)
+        sink.write_now = second_signal_then_write
+        with gd.phase("rollout"):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(30)
+        print("not reached")
+    """)
+    assert out.returncode == -signal.SIGTERM and "not reached" not in out.stdout
+    end = load_run([tmp_path / "run"]).ranks[0].end
+    assert end is not None and (end.reason, end.signal, end.open_path) == ("signal", "SIGTERM", "rollout")

@@ -31,6 +31,7 @@ from grpo_doctor.schema import End
 from grpo_doctor.schema.ranks import format_ranks
 
 ID = "rank-crash"
+NO_END_MESSAGE = "log stops without an end record"
 
 HINTS = (
     "Read the first failing rank's traceback (the error record, or the root-cause entry of torchrun's "
@@ -78,7 +79,7 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
         elif end is None and _run_is_over(run):
             last = log.last_record
             crashes.setdefault(rank, {"phase": log.open_path, "step": getattr(last, "step", None),
-                                      "source": "event-log", "message": "log stops without an end record"})
+                                      "source": "event-log", "message": NO_END_MESSAGE})
     for summary in run.summaries.values():
         for rank, info in summary.ranks.items():
             if info.gone and not info.ended_cleanly:
@@ -93,8 +94,11 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
             entry["exitcode"] = info.get("exitcode", entry.get("exitcode"))
     if any(s.hang_ended_by_watch for s in run.summaries.values()):
         # watch ended a hung job: the ranks it stopped, and torchrun's agent that it signalled, are the
-        # `hang` finding, not crashes or a stop from outside.
-        crashes = {r: info for r, info in crashes.items() if not _collateral(info)}
+        # `hang` finding, not crashes or a stop from outside. So is a rank that wrote no end record
+        # then: stopped by watch before it could (SIGKILL after the grace period, a process too busy
+        # or stuck to run its handler in time), with no error of its own.
+        crashes = {r: info for r, info in crashes.items()
+                   if not _collateral(info) and not _stopped_without_end(info)}
         unranked = [info for info in unranked if info.get("component") != "launcher-signal"]
     yield from _unranked_findings(unranked)
     if not crashes:
@@ -195,6 +199,10 @@ def _collateral(info: dict[str, Any]) -> bool:
     if info.get("exc_type") is None:
         return info.get("signal") in COLLATERAL_SIGNALS
     return any(marker in (info.get("message") or "") for marker in PEER_LOST)
+
+
+def _stopped_without_end(info: dict[str, Any]) -> bool:
+    return info.get("exc_type") is None and info.get("message") == NO_END_MESSAGE
 
 
 def _run_is_over(run: Evidence) -> bool:
