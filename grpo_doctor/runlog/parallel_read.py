@@ -27,7 +27,7 @@ from pathlib import Path
 from grpo_doctor.runlog.eventlog import load_run
 from grpo_doctor.runlog.rank_log import RankLog, RunLog
 from grpo_doctor.runlog.rank_tables import read_rank_tables
-from grpo_doctor.runlog.window import RUN_BUDGET_BYTES, file_budget_bytes
+from grpo_doctor.runlog.window import RUN_BUDGET_BYTES, file_budget_bytes, plan_read, prefetch
 
 # Below this many bytes of rank files, the files are read here (workers start in about 0.1 s; a
 # worker reads about 50 MB/s).
@@ -39,6 +39,8 @@ def read_rank_files(files: list[Path], run_budget_bytes: int | None = RUN_BUDGET
     """Each file's log, or the OSError that reading it raised, in the order given. The run's read
     budget is shared by its files (window.py); None reads every line of every file."""
     budget = None if run_budget_bytes is None else file_budget_bytes(len(files), run_budget_bytes)
+    if budget is not None:
+        _prefetch(files, budget)
     read = functools.partial(_read, budget_bytes=budget)
     num_workers = min(len(files), os.cpu_count() or 1)
     if num_workers < 2 or _total_bytes(files) < MIN_PARALLEL_BYTES or not _can_fork():
@@ -54,6 +56,18 @@ def read_run(paths: Sequence[str | Path], run_budget_bytes: int | None = RUN_BUD
     """`load_run` with every rank file read into columns (rank_tables.py), in parallel for a big run,
     files beyond their share of the read budget by window; None reads every line."""
     return load_run(paths, read_files=functools.partial(read_rank_files, run_budget_bytes=run_budget_bytes))
+
+
+def _prefetch(files: list[Path], budget_bytes: int) -> None:
+    """The regions of the files read by window, asked of the disk all at once (window.prefetch)."""
+    for path in files:
+        try:
+            size = path.stat().st_size
+        except OSError:
+            continue
+        plan = plan_read(size, budget_bytes)
+        if not plan.whole:
+            prefetch(path, plan)
 
 
 def _read(path: Path, budget_bytes: int | None) -> RankLog | OSError:

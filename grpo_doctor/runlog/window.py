@@ -23,6 +23,7 @@ Typical use:
 """
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -97,6 +98,25 @@ def _merged(regions: list[tuple[int, int]], size_bytes: int) -> tuple[tuple[int,
         else:
             out.append([start, end])
     return tuple((s, e) for s, e in out)
+
+
+def prefetch(path: Path, plan: ReadPlan) -> None:
+    """Ask the kernel to start reading the plan's regions now (POSIX_FADV_WILLNEED), so that on a cold
+    disk the reads of every file of a run are in flight together instead of one seek at a time;
+    nothing where the platform has no posix_fadvise."""
+    if not hasattr(os, "posix_fadvise"):
+        return
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return  # reading it will say why
+    try:
+        for start, end in plan.regions:
+            os.posix_fadvise(fd, start, end - start, os.POSIX_FADV_WILLNEED)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def region_lines(path: Path, plan: ReadPlan, max_line_bytes: int) -> Iterator[tuple[int, bytes, bool]]:
