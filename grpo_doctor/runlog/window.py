@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-# The whole run's budget, about 400 k records of detail: what the report shows (the latest steps of
+# The whole run's budget, about 300 k records of detail: what the report shows (the latest steps of
 # every rank, trends over the run) fits in it; at 32 ranks a file gets 2 MB (about 600 steps in
 # full), at 64 ranks 1 MB.
 RUN_BUDGET_BYTES = 64 * 2**20
