@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -52,6 +53,10 @@ def test_a_stopped_process_is_named_with_the_command_that_resumes_it(tmp_path):
                     reason="needs root, unshare and setpriv for a private /proc mounted with hidepid")
 @pytest.mark.parametrize("hidepid", [1, 2])
 def test_a_process_hidden_by_hidepid_counts_as_alive_but_unreadable(hidepid):
+    import grpo_doctor
+    if not _readable_by_others(Path(grpo_doctor.__file__)):
+        pytest.skip("the checkout is not readable by other users (a mode-700 directory such as mktemp's): "
+                    "the unprivileged side cannot import grpo_doctor")
     # hidepid=1: /proc/<pid> is listed but its files refuse us (psutil's AccessDenied); hidepid=2:
     # not even listed. Either way the process runs, and must not be called gone.
     probe = ("from grpo_doctor.supervisor.stacks import _pid_alive, _process_status, _command_line; "
@@ -68,3 +73,8 @@ def test_a_process_hidden_by_hidepid_counts_as_alive_but_unreadable(hidepid):
         pytest.skip(f"no private /proc here: {out.stderr.strip()}")
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["True", "None", "''"]
+
+
+def _readable_by_others(path: Path) -> bool:
+    """Whether every directory above `path` lets other users through (the test runs a side as nobody)."""
+    return all(p.stat().st_mode & 0o001 for p in path.resolve().parents)
