@@ -39,13 +39,14 @@ MAY_IMPORT: dict[str, set[str]] = {
     "logs": {"schema"},
     "checks": {"schema"},
     "host": {"schema"},
+    "plan": {"schema", "host"},
     "rank": {"schema", "checks", "host"},
     "rank.integrations": {"schema", "checks", "host", "rank", "face"},
     "runlog": {"schema"},
-    "supervisor": {"schema", "logs", "checks", "host", "runlog"},
+    "supervisor": {"schema", "logs", "checks", "host", "runlog", "plan"},
     "probe": {"schema", "logs", "checks", "host"},
-    "analysis": {"schema", "logs", "checks", "runlog"},
-    "report": {"schema", "logs", "checks", "runlog", "analysis"},
+    "analysis": {"schema", "logs", "checks", "runlog", "plan"},
+    "report": {"schema", "logs", "checks", "runlog", "analysis", "plan"},
     "face": {"schema", "rank"},
     "trainer": {"face", "rank.integrations"},
 }
@@ -60,6 +61,7 @@ ONLY_LIBRARIES: dict[str, set[str]] = {  # parts with an allow-list
     "checks": {"numpy"},
     "host": {"pynvml"},
     "runlog": {"numpy", "orjson"},
+    "plan": {"yaml"},
     "face": set(),
 }
 # The analysis stack stays out of the rank side (a training process imports it) and out of the parts
@@ -72,7 +74,7 @@ LIBRARY_HOMES: dict[str, set[str]] = {
 }
 NEVER_LIBRARIES: dict[str, set[str]] = {"rank": {"rich"}, "rank.integrations": {"rich"}}
 # Imported only inside a function, so that importing the part does not load them.
-LAZY_LIBRARIES: dict[str, set[str]] = {"host": {"pynvml"}}
+LAZY_LIBRARIES: dict[str, set[str]] = {"host": {"pynvml"}, "plan": {"yaml"}}
 
 # Exceptions, each named in docs/architecture.md. OPTIONAL: an accelerator imported in a try with a
 # stdlib fallback (the part still works with the stdlib alone). KNOWN: violations that are being

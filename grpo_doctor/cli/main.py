@@ -16,12 +16,12 @@ import os
 import sys
 
 from grpo_doctor._version import __version__
-from grpo_doctor.cli import demo, probe, report, summary, watch
+from grpo_doctor.cli import demo, plan, probe, report, summary, watch
 from grpo_doctor.cli.help_format import HelpFormatter
 from grpo_doctor.logs.terminal_text import show_warnings_terminal_safe, terminal_safe
 from grpo_doctor.schema.errors import DoctorError
 
-SUBCOMMANDS = (watch, demo, summary, report, probe)
+SUBCOMMANDS = (watch, demo, summary, report, probe, plan)
 BROKEN_PIPE_EXIT = 141  # 128 + SIGPIPE: what a shell reports for `yes | head -1`'s writer
 
 EPILOG = """\
@@ -34,6 +34,7 @@ examples:
   grpo-doctor report RUN [LOGS...]              findings with remedies; writes findings.json
   grpo-doctor report LOGS... --out DIR          report.html and findings.json into DIR
   grpo-doctor probe --nproc-per-node 8          on every node before training: rendezvous, settings, collectives
+  grpo-doctor plan --gpu-memory 80GiB -- swift rlhf --rlhf_type grpo ...   will it fit in GPU memory, what to change
 
 inside a training script:
   import grpo_doctor as gd

@@ -1,0 +1,53 @@
+"""Launch commands read into a Job: one reader per framework, chosen by the program the command runs.
+
+Typical use:
+    job = job_from_command(["swift", "rlhf", "--rlhf_type", "grpo", "--model", "Qwen/Qwen2.5-7B"], hardware)
+"""
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from grpo_doctor.plan.commands.argv import split_command
+from grpo_doctor.plan.commands.common import Hardware
+from grpo_doctor.plan.commands.flags import PlanCommandError
+from grpo_doctor.plan.commands.openrlhf import read_openrlhf
+from grpo_doctor.plan.commands.reference_trainer import read_reference_trainer
+from grpo_doctor.plan.commands.swift import read_swift
+from grpo_doctor.plan.commands.trl import read_trl
+from grpo_doctor.plan.commands.verl import read_verl
+from grpo_doctor.plan.job import Job
+
+FRAMEWORKS = "ms-swift (swift rlhf), TRL scripts (accelerate launch / torchrun script.py), verl.trainer.main_ppo, " \
+             "openrlhf.cli.train_ppo_ray, grpo_doctor_trainer.train"
+
+
+def job_from_command(argv: str | list[str] | tuple[str, ...], hw: Hardware, env: dict[str, str] | None = None,
+                     base_dir: Path | None = None) -> Job:
+    cmd = split_command(argv, env)
+    program = cmd.program
+    if program.startswith("swift "):
+        job = read_swift(cmd, hw)
+    elif program.startswith("verl.trainer"):
+        job = read_verl(cmd, hw)
+    elif program.startswith("openrlhf.cli.train_ppo"):
+        job = read_openrlhf(cmd, hw)
+    elif program.startswith("grpo_doctor_trainer"):
+        job = read_reference_trainer(cmd, hw)
+    elif program.endswith(".py") or cmd.launcher == "accelerate" or program.startswith("trl"):
+        job = read_trl(cmd, hw, base_dir)
+    elif not program:
+        raise PlanCommandError("no command after --: give the launch command, e.g. grpo-doctor plan -- swift rlhf ...")
+    else:
+        raise PlanCommandError(f"cannot tell which framework {program!r} is; the plan reads {FRAMEWORKS}")
+    return job.with_changes(command=tuple(shlex.split(argv) if isinstance(argv, str) else argv))
+
+
+def recognised(argv: list[str] | tuple[str, ...]) -> bool:
+    """Whether `job_from_command` knows the command's framework (watch plans only those)."""
+    try:
+        program = split_command(argv, {}).program
+    except ValueError:
+        return False
+    return program.startswith(("swift rlhf", "verl.trainer", "openrlhf.cli.train_ppo", "grpo_doctor_trainer")) or \
+        program.endswith(".py")

@@ -1,0 +1,98 @@
+"""A TRL GRPO script's command (`accelerate launch [--config_file ds.yaml] train.py --flags`) as a Job.
+
+TRL scripts parse GRPOConfig (with transformers' TrainingArguments), ModelConfig and their own
+ScriptArguments from flags or from `--config grpo.yaml`; flags win over the YAML. DeepSpeed / FSDP
+come from the accelerate config file or `--deepspeed ds.json`. Defaults are those of TRL 0.20 and
+later (vllm_mode colocate, vllm_gpu_memory_utilization 0.3, gradient_checkpointing true, beta 0,
+per_device_train_batch_size 8); older TRL defaulted to a vLLM server and beta 0.04: state them as flags.
+TRL asks the model for the completion's logits only (logits_to_keep) and takes the log-softmax row
+by row in bf16 (selective_log_softmax), so no fp32 copy of the logits is made.
+
+Typical use:
+    job = read_trl(split_command("accelerate launch --config_file zero3.yaml grpo.py --use_vllm true"), hardware)
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from grpo_doctor.plan.commands.argv import SplitCommand
+from grpo_doctor.plan.commands.common import Hardware, Settings
+from grpo_doctor.plan.commands.config_files import ZeroSettings, accelerate_settings, deepspeed_settings, read_yaml
+from grpo_doctor.plan.commands.flags import PlanCommandError, check_known, normal, parse_flags
+from grpo_doctor.plan.commands.placement import gpus_of_node
+from grpo_doctor.plan.job import COLOCATE, COMPLETION_ONLY, NO_ENGINE, SEPARATE, Job, Spelling
+
+SPELLING = Spelling(
+    names={
+        "engine_memory_fraction": "vllm_gpu_memory_utilization", "sleep_level": "vllm_enable_sleep_mode",
+        "gradient_checkpointing": "gradient_checkpointing", "micro_batch": "per_device_train_batch_size",
+        "zero_stage": "deepspeed", "offload_optimizer": "deepspeed", "engine_tp": "vllm_tensor_parallel_size",
+        "engine_max_model_len": "vllm_max_model_length", "max_completion_len": "max_completion_length",
+        "expandable_segments": "$PYTORCH_CUDA_ALLOC_CONF",
+    },
+    values={"sleep_level": {"1": "true", "2": "true"},
+            "zero_stage": {"3": "ds_zero3.json (a DeepSpeed config with zero_optimization.stage 3)"},
+            "offload_optimizer": {"true": "ds_zero3_offload.json (zero_optimization.offload_optimizer.device cpu)"},
+            "expandable_segments": {"true": "expandable_segments:True"}},
+)
+
+
+def read_trl(cmd: SplitCommand, hw: Hardware, base_dir: Path | None = None) -> Job:
+    flags, _ = parse_flags(cmd.args, "trl")
+    if "config" in flags and flags["config"]:
+        from_yaml = {normal(k): (None if v is None else _yaml_text(v)) for k, v in read_yaml(flags["config"], base_dir).items()}
+        flags = from_yaml | flags
+    if hw.strict_flags:
+        check_known({k: v for k, v in flags.items() if k != "config"}, ("trl",), cmd.program or "the TRL script")
+    s = Settings(flags, "trl")
+    model = hw.model or s.text("model_name_or_path") or s.text("model")
+    if not model:
+        raise PlanCommandError(f"{cmd.program}: no --model_name_or_path; name the model (grpo-doctor plan --model)")
+    zero = _zero(cmd, s, base_dir)
+    gpus, gpu_note = gpus_of_node(hw, cmd.env)
+    trainers = (zero.procs // (zero.nodes or 1) if zero.procs else None) or cmd.procs_per_node or gpus
+    nodes = hw.nodes or cmd.nodes or zero.nodes or 1
+    peft = s.switch("use_peft", False)
+    train_type = ("qlora" if s.switch("load_in_4bit", False) else "lora") if peft else "full"
+    beta = s.number("beta", 0.0, float, say="beta 0 (TRL's default since 0.19): no reference model")
+    use_vllm = s.switch("use_vllm", False)
+    mode = s.text("vllm_mode", "colocate") if use_vllm else None
+    placement = NO_ENGINE if not use_vllm else (SEPARATE if mode == "server" else COLOCATE)
+    prompt = s.number("max_prompt_length", 512, say="prompts of 512 tokens (no --max_prompt_length)")
+    job = Job(
+        framework="trl", model=model, gpu_memory_bytes=hw.gpu_memory_bytes, gpus_per_node=gpus, nodes=nodes,
+        train_gpus_per_node=trainers, train_type=train_type, lora_rank=s.number("lora_r", 16),
+        dtype_bytes=2, zero_stage=zero.stage, fsdp=zero.fsdp, offload_optimizer=zero.offload_optimizer,
+        offload_params=zero.offload_params,
+        gradient_checkpointing=s.switch("gradient_checkpointing", True),
+        micro_batch=s.number("per_device_train_batch_size", 8),
+        max_prompt_len=prompt, max_completion_len=s.number("max_completion_length", 512),
+        reference_model=beta > 0 and train_type == "full",
+        logits_positions=COMPLETION_ONLY, logprob_positions=COMPLETION_ONLY, logits_fp32=False,
+        engine="vllm" if use_vllm else "hf", placement=placement, engine_gpus_per_node=0,
+        engine_tp=s.number("vllm_tensor_parallel_size", 1),
+        engine_memory_fraction=s.number("vllm_gpu_memory_utilization", 0.3, float),
+        engine_max_model_len=s.number("vllm_max_model_length", None),
+        sleep_level=1 if s.switch("vllm_enable_sleep_mode", False) else 0,
+        expandable_segments="expandable_segments:true" in cmd.env.get("PYTORCH_CUDA_ALLOC_CONF", "").lower(),
+        spelling=SPELLING,
+    )
+    return job.assume(*([gpu_note] if gpu_note else []), *s.assumed)
+
+
+def _zero(cmd: SplitCommand, s: Settings, base_dir: Path | None) -> ZeroSettings:
+    if s.text("deepspeed"):
+        return deepspeed_settings(s.text("deepspeed"), base_dir)
+    if cmd.deepspeed_config:
+        return deepspeed_settings(cmd.deepspeed_config, base_dir)
+    if cmd.accelerate_config:
+        return accelerate_settings(cmd.accelerate_config, base_dir)
+    return ZeroSettings(0, source="no DeepSpeed")
+
+
+def _yaml_text(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return " ".join(str(v) for v in value)
+    return str(value)

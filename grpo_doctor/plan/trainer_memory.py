@@ -1,0 +1,136 @@
+"""What the training process keeps on one GPU: model states, activations, GRPO's logits, buffers.
+
+Model states follow DeepSpeed's own accounting (bf16 weights, fp32 master weights and Adam moments:
+12 bytes per trainable parameter, gradients), so that they agree with
+`estimate_zero2/3_model_states_mem_needs` (tests/plan/test_model_states.py holds them within 5 %).
+Activations and the logits peak are per-token costs fitted to the reference trainer's measured peaks on
+CPU (tests/plan/test_measured_peaks.py; docs/plan.md gives the fit and its ratios).
+
+Typical use:
+    states = model_states(shape, job)          # bytes per GPU: weights, gradients, optimizer, ...
+    activation_bytes(shape, job), logits_bytes(shape, job, training=True)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from grpo_doctor.plan.job import COMPLETION_ONLY, Job
+from grpo_doctor.plan.model_shape import ModelShape
+
+MASTER_AND_ADAM_BYTES = 12  # fp32 master weight + Adam m + v, per trainable parameter (mixed precision)
+FP32_GRAD_BYTES = 4  # the fp32 gradient partition DeepSpeed's optimizer steps on (ZeRO 1-3)
+QLORA_BYTES_PER_PARAM = 0.5625  # 4-bit NF4 + double-quantised constants; embeddings stay in bf16
+
+# Saved for backward per token per decoder layer, in units of the activation dtype, fitted to the
+# measured peaks (docs/plan.md): ~ the layer's inputs, norms (fp32), q/k/v/attention output, and the
+# gated MLP's four intermediate-width tensors.
+HIDDEN_COEFF = 14.0
+INTERMEDIATE_COEFF = 4.0
+# With gradient checkpointing each layer keeps only its input; one layer is recomputed at a time.
+CHECKPOINT_COEFF = 1.0
+# Copies of the logits the log-prob computation makes, bytes per element beyond the model's own
+# logits (dtype): by how the framework computes log-probs.
+COPY_BYTES_FP32_UPCAST = 8  # fp32 copy + fp32 log_softmax (plus a temperature-scaled copy in dtype)
+COPY_BYTES_ROWWISE = 0  # TRL's selective_log_softmax on bf16: per-row log_softmax outputs (in dtype)
+COPY_BYTES_FUSED = 0  # a fused / chunked cross-entropy: only its gradient buffer (in dtype)
+
+@dataclass(frozen=True)
+class ModelStates:
+    weights_bytes: int
+    gradients_bytes: int
+    optimizer_bytes: int
+    reference_bytes: int
+    gathered_bytes: int  # ZeRO-3 / FSDP: whole layers gathered for the forward and backward
+
+    @property
+    def total_bytes(self) -> int:
+        return (self.weights_bytes + self.gradients_bytes + self.optimizer_bytes + self.reference_bytes
+                + self.gathered_bytes)
+
+
+def trainable_params(shape: ModelShape, job: Job) -> int:
+    return shape.total_params if job.train_type == "full" else shape.lora_params(job.lora_rank)
+
+
+def frozen_weight_bytes(shape: ModelShape, job: Job) -> float:
+    """The base weights of a LoRA / QLoRA policy (bf16, or 4-bit outside the embeddings)."""
+    if job.train_type == "qlora":
+        embeddings = shape.embedding_params * (1 if shape.tied_embeddings else 2)
+        return (shape.total_params - embeddings) * QLORA_BYTES_PER_PARAM + embeddings * job.dtype_bytes
+    return shape.total_params * job.dtype_bytes
+
+
+def model_states(shape: ModelShape, job: Job) -> ModelStates:
+    """Per-GPU bytes of weights, gradients and optimizer states while training."""
+    n = job.sharding_degree
+    trainable = trainable_params(shape, job)
+    if job.train_type == "full":
+        weight_bytes = float(shape.total_params * job.dtype_bytes)
+        if job.fsdp:  # verl's FSDP keeps sharded fp32 parameters; bf16 only inside the gathered unit
+            weight_bytes = float(shape.total_params * 4)
+    else:
+        weight_bytes = frozen_weight_bytes(shape, job) + trainable * job.dtype_bytes
+    if job.zero_stage == 0 and not job.fsdp:
+        # Plain DDP (no DeepSpeed): the optimizer steps on the bf16 parameters; Adam's moments in bf16.
+        grads = trainable * job.dtype_bytes
+        optimizer = 2 * trainable * job.dtype_bytes
+        weights = weight_bytes
+    elif job.full_sharding:
+        weights = 0.0 if job.offload_params else weight_bytes / n
+        if job.offload_optimizer:  # the fp32 gradient partition steps on the CPU with the optimizer
+            grads = optimizer = 0.0
+        else:  # ZeRO-3: fp32 gradient partition + master and moments; FSDP: its fp32 weights are the master
+            grads = FP32_GRAD_BYTES * trainable / n
+            optimizer = (MASTER_AND_ADAM_BYTES - (4 if job.fsdp else 0)) * trainable / n
+    else:  # ZeRO-1 / ZeRO-2: weights and 16-bit gradients whole, the rest partitioned
+        weights = weight_bytes
+        grads = 0.0 if job.offload_optimizer else trainable * job.dtype_bytes + FP32_GRAD_BYTES * trainable / n
+        optimizer = 0.0 if job.offload_optimizer else MASTER_AND_ADAM_BYTES * trainable / n
+    gathered = 0
+    if job.full_sharding:
+        gathered = 4 * shape.largest_module_params  # DeepSpeed's estimator: 4 bytes x the largest layer
+    reference = 0.0
+    if job.reference_model and not job.reference_offload:
+        reference = shape.total_params * job.dtype_bytes / (n if job.full_sharding else 1)
+    return ModelStates(int(weights), int(grads), int(optimizer), int(reference), int(gathered))
+
+
+def activation_bytes(shape: ModelShape, job: Job) -> int:
+    """Activations saved for backward by one training micro-batch (prompt + completion tokens)."""
+    tokens = job.micro_batch * job.tokens_per_sequence
+    per_layer_full = (HIDDEN_COEFF * shape.hidden + INTERMEDIATE_COEFF * _mlp_width(shape)) * job.dtype_bytes
+    if job.gradient_checkpointing:
+        kept = shape.layers * CHECKPOINT_COEFF * shape.hidden * job.dtype_bytes
+        return int(tokens * (kept + per_layer_full))  # every layer's input + the layer being recomputed
+    return int(tokens * shape.layers * per_layer_full)
+
+
+def logits_bytes(shape: ModelShape, job: Job, training: bool) -> int:
+    """GRPO's log-prob peak: [batch, positions, vocab] logits and the copies the framework makes."""
+    batch = job.micro_batch if training else (job.logprob_micro_batch or job.micro_batch)
+    returned = _positions(job, job.logits_positions) * shape.vocab * job.dtype_bytes
+    if job.logits_chunked:
+        copy_bytes = job.dtype_bytes + COPY_BYTES_FUSED
+    elif job.logits_fp32:
+        copy_bytes = job.dtype_bytes + COPY_BYTES_FP32_UPCAST
+    else:
+        copy_bytes = 2 * job.dtype_bytes + COPY_BYTES_ROWWISE
+    copies = _positions(job, job.logprob_positions) * shape.vocab * copy_bytes
+    return int(batch * (returned + copies))
+
+
+def _positions(job: Job, which: str) -> int:
+    return job.max_completion_len if which == COMPLETION_ONLY else job.tokens_per_sequence
+
+
+def inference_activation_bytes(shape: ModelShape, job: Job) -> int:
+    """A no-grad forward keeps one layer's temporaries at a time."""
+    batch = job.logprob_micro_batch or job.micro_batch
+    per_layer = (4 * shape.hidden + 3 * _mlp_width(shape)) * job.dtype_bytes
+    return int(batch * job.tokens_per_sequence * per_layer)
+
+
+def _mlp_width(shape: ModelShape) -> int:
+    if shape.experts:  # the tokens routed to each of top-k experts: k expert widths per token
+        return shape.expert_intermediate * max(1, shape.experts_per_token) + shape.shared_expert_intermediate
+    return shape.intermediate
