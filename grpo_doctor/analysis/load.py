@@ -50,7 +50,7 @@ from grpo_doctor.analysis.console_metrics import read_console_metrics
 from grpo_doctor.analysis.metric_files import read_metric_files
 from grpo_doctor.analysis.probe_evidence import ProbeEvidence, load_probe, probe_files
 from grpo_doctor.analysis.signature_rows import SignatureRows, file_signatures
-from grpo_doctor.analysis.watch_files import read_watch_dir
+from grpo_doctor.analysis.watch_files import read_memory_plan, read_run_command, read_watch_dir
 from grpo_doctor.logs.flight_recorder import FlightDump, FlightDumpError, is_flight_dump, read_flight_dump
 from grpo_doctor.logs.signatures import Signature
 from grpo_doctor.runlog.columns import Column, repeated
@@ -110,6 +110,8 @@ class Evidence:
     rollout_records: list[Rollout] = field(default_factory=list)  # completion / prompt hashes, sampled texts
     metric_logs: list[framework_logs.MetricLog] = field(default_factory=list)  # TRL / ms-swift files read
     probe: ProbeEvidence | None = None  # what `grpo-doctor probe` found before training
+    memory_plans: dict[str, dict] = field(default_factory=dict)  # host -> watch's plan.json (plan/render.py)
+    command: tuple[str, ...] = ()  # the launch command run.json records
 
     @property
     def headers(self) -> dict[int, Header]:
@@ -165,6 +167,8 @@ def load_evidence(paths: Sequence[str | Path], read_budget_bytes: int | None = R
             rank_sources.append(path)
         if has_supervisor:
             _load_supervisor(ev, paths_in.supervisor)
+        if paths_in.run_json.is_file() and not ev.command:
+            ev.command = read_run_command(paths_in.run_json, ev.warnings)
         if not has_ranks and not has_supervisor and not has_fr and not ranks_unreadable and not probe_files(path):
             names = _names_in(ev, path)
             if names is None:
@@ -281,6 +285,10 @@ def _load_supervisor(ev: Evidence, supervisor: Path) -> None:
         if summary is not None:
             ev.summaries[host] = summary
         ev.hangs += hangs
+        if watch.memory_plan.name in files:
+            plan = read_memory_plan(files[watch.memory_plan.name], ev.warnings)
+            if plan is not None:
+                ev.memory_plans[host] = plan
         if watch.samples.name in files:
             _read_samples(ev, files[watch.samples.name], host)
         sig_file = files.get(watch.signatures.name)

@@ -17,6 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from grpo_doctor.schema.json_shapes import FormatError
+from grpo_doctor.schema.run_info import RunInfo
 from grpo_doctor.schema.run_paths import WatchPaths
 from grpo_doctor.schema.watch_files import HangReport, WatchSummary
 
@@ -62,6 +63,52 @@ def read_hang_report(path: Path, warnings: list[str]) -> HangReport | None:
     except FormatError as exc:
         warnings.append(f"{path}: not as watch writes it ({exc}); left out")
         return None
+
+
+def read_run_command(path: Path, warnings: list[str]) -> tuple[str, ...]:
+    """The launch command run.json records (empty when absent or unreadable: one warning)."""
+    data = _read_json(path, warnings)
+    if data is _UNREAD:
+        return ()
+    try:
+        return RunInfo.from_dict(data).command
+    except FormatError as exc:
+        warnings.append(f"{path}: not as watch writes it ({exc}); its command is not used")
+        return ()
+
+
+def read_memory_plan(path: Path, warnings: list[str]) -> dict | None:
+    """watch's plan.json (plan/render.py's JSON), checked for the keys the report reads, else None."""
+    data = _read_json(path, warnings)
+    if data is _UNREAD:
+        return None
+    problem = _plan_shape_problem(data)
+    if problem:
+        warnings.append(f"{path}: not a plan as watch writes it ({problem}); left out")
+        return None
+    return data
+
+
+def _plan_shape_problem(data: object) -> str | None:
+    if not isinstance(data, dict) or not isinstance(data.get("fits"), bool):
+        return "no fits: true/false"
+    if not isinstance(data.get("verdict"), str) or not isinstance(data.get("fixes"), list):
+        return "no verdict or fixes"
+    gpus = data.get("gpus")
+    if not isinstance(gpus, list) or not gpus:
+        return "no gpus"
+    for gpu in gpus:
+        phases = gpu.get("phases") if isinstance(gpu, dict) else None
+        if not isinstance(phases, dict) or not all(
+                isinstance(p, dict) and isinstance(p.get("parts"), dict)
+                and all(isinstance(v, int) and not isinstance(v, bool) for v in p["parts"].values())
+                for p in phases.values()):
+            return "a GPU without phases of parts in bytes"
+        if not isinstance(gpu.get("capacity_bytes"), int) or not isinstance(gpu.get("gpus"), list):
+            return "a GPU without capacity_bytes or gpus"
+    if not all(isinstance(f, dict) and isinstance(f.get("flag"), str) for f in data["fixes"]):
+        return "a fix without a flag"
+    return None
 
 
 _UNREAD = object()

@@ -16,7 +16,6 @@ Typical use:
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import fields
 from pathlib import Path
 
@@ -26,13 +25,12 @@ from grpo_doctor.plan.job import GIB, Job
 from grpo_doctor.plan.commands import job_from_command
 from grpo_doctor.plan.make import PlanResult, plan_job
 from grpo_doctor.plan.render import format_plan, plan_dict
+from grpo_doctor.plan.sizes import parse_size
 
 EXIT_HELP = """\
 exit status: 0 the job fits; 1 it does not fit (or vLLM would refuse to start); 2 bad input (an
 unknown framework flag, a model config that cannot be read, an impossible setting)."""
 
-_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(GiB|GB|G|MiB|MB|M|TiB|TB)?\s*$", re.IGNORECASE)
-_UNITS = {"g": GIB, "gb": GIB, "gib": GIB, "m": 2**20, "mb": 2**20, "mib": 2**20, "tb": 2**40, "tib": 2**40}
 
 
 def add_parser(sub) -> None:
@@ -87,11 +85,7 @@ def make_plan(args) -> PlanResult:
 
 def _gpu_memory(text: str | None) -> tuple[int, str | None]:
     if text:
-        match = _SIZE.match(text)
-        if not match:
-            raise UserError(f"--gpu-memory {text!r} is not a size", "write it like 80GiB, 80GB or 81920MiB")
-        unit = (match.group(2) or "GiB").lower()
-        return int(float(match.group(1)) * _UNITS[unit]), None
+        return parse_size(text), None
     total = _nvml_total()
     if total is None:
         raise UserError("no GPU memory size: NVML sees no GPU on this machine and --gpu-memory is not given",

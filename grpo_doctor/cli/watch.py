@@ -16,6 +16,7 @@ from pathlib import Path
 
 from grpo_doctor.cli.errors import UserError
 from grpo_doctor.logs.terminal_text import terminal_safe
+from grpo_doctor.plan.sizes import parse_size
 from grpo_doctor.schema import DEFAULT_RUNS_ROOT, RUN_DIR_ENV
 from grpo_doctor.supervisor.launch import LaunchError, find_executable
 from grpo_doctor.supervisor.progress import HangPolicy
@@ -34,6 +35,9 @@ When every running rank has stalled, watch takes all stacks twice, SECOND_LOOK s
 ranks the others wait for and writes supervisor/HOST/hang-N.json. Without grpo-doctor events (an
 uninstrumented script) a hang is output silence with idle rank CPUs for --uninstrumented-timeout s.
 Every time is in seconds.
+
+Before the job starts, watch plans its GPU memory (as `grpo-doctor plan` does) when it recognises the
+command (ms-swift, TRL, verl, OpenRLHF) and prints a warning when it will not fit; the job starts anyway.
 
 When the command ends, watch builds report.html and findings.json in the run directory (as
 `grpo-doctor report RUN_DIR` would) and prints the most severe findings; --no-report skips this.
@@ -66,6 +70,8 @@ def add_parser(sub) -> None:
     p.add_argument("--sample-interval", type=float, default=1.0, metavar="SECONDS",
                    help="GPU and process sampling period in seconds")
     p.add_argument("--no-report", action="store_true", help="do not build report.html / findings.json at the end")
+    p.add_argument("--gpu-memory", metavar="SIZE", default=None,
+                   help="memory of one GPU (e.g. 80GiB) for the memory plan made at start, where NVML cannot say")
     p.add_argument("command", nargs="+", metavar="-- CMD", help="the launch command, after --")
     p.set_defaults(run=run)
 
@@ -89,6 +95,7 @@ def run(args) -> int:
         second_look_s=args.second_look,
         native=args.native,
         sample_interval_s=args.sample_interval,
+        gpu_memory_bytes=parse_size(args.gpu_memory) if args.gpu_memory else None,
     )
     watch = Watch(opts)
     status = watch.run()  # LaunchError (127) and RunDirBusy (2) are DoctorErrors: main() prints them

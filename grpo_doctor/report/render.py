@@ -30,6 +30,7 @@ from grpo_doctor.report import plots, sections
 from grpo_doctor.report.coverage import coverage
 from grpo_doctor.report.excerpts import log_excerpts
 from grpo_doctor.report.finding_blocks import finding_blocks, verdict
+from grpo_doctor.report.plan_section import plan_section
 from grpo_doctor.report.rollout_plots import rollout_section
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -49,6 +50,7 @@ def render_html(evidence: Evidence, findings: FindingsFile) -> str:
                "metrics": plots.step_metrics(evidence)},
         stacks=sections.stack_sections(evidence), environment=sections.environment_table(evidence),
         excerpts=log_excerpts(evidence.signature_rows), rollouts=rollout_section(evidence),
+        memory_plans=plan_section(evidence),
     )
 
 

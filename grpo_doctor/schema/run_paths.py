@@ -106,6 +106,11 @@ class WatchPaths:
     root: Path
 
     @property
+    def memory_plan(self) -> Path:
+        """`grpo-doctor plan`'s verdict on the command, made by watch at start (plan/render.py's JSON)."""
+        return self.root / "plan.json"
+
+    @property
     def summary_json(self) -> Path:
         return self.root / "summary.json"
 

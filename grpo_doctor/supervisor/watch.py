@@ -36,6 +36,7 @@ from grpo_doctor.supervisor.guardian import TOKEN_ENV, Guardian
 from grpo_doctor.supervisor.hang import hang_lines, investigate
 from grpo_doctor.supervisor.launch import ProcessTree
 from grpo_doctor.supervisor.live_scan import LiveScan
+from grpo_doctor.supervisor.memory_plan import plan_at_start
 from grpo_doctor.supervisor.output import OutputTee
 from grpo_doctor.supervisor.progress import HangPolicy, ProgressTracker
 from grpo_doctor.supervisor.run_files import RunFiles
@@ -62,6 +63,7 @@ class WatchOptions:
     native: bool = False
     sample_interval_s: float = 1.0
     grace_s: float = 15.0  # between SIGTERM and SIGKILL when ending the tree
+    gpu_memory_bytes: int | None = None  # for the memory plan at start where NVML is absent
 
 
 class Watch:
@@ -94,6 +96,7 @@ class Watch:
         self.files.write("the run directory", lambda: self.sup_dir.mkdir(parents=True, exist_ok=True))
         self.files.claim()
         self.files.write(self.paths.run_json.name, lambda: self._write_run_json(added))
+        self._plan_memory(env)
         # Every process the job starts inherits the token; the guardian ends them if watch is SIGKILLed.
         env[TOKEN_ENV] = f"{os.getpid()}-{secrets.token_hex(8)}"
         self.guardian = Guardian.start(env[TOKEN_ENV], grace_s=self.opts.grace_s)
@@ -161,6 +164,15 @@ class Watch:
         return exit_status
 
     # -- pieces -----------------------------------------------------------------------------
+
+    def _plan_memory(self, env: dict[str, str]) -> None:
+        """Before the job starts: will it fit in GPU memory? A warning, never a delay or a stop."""
+        lines, data = plan_at_start(self.opts.command, env, self.opts.gpu_memory_bytes)
+        for line in lines:
+            self.console.note(line)
+        if data is not None:
+            self.files.write(self.watch_files.memory_plan.name, lambda: self.watch_files.memory_plan.write_text(
+                json.dumps(data, indent=2) + "\n", encoding="utf-8"))
 
     def _internal_error(self, exc: Exception) -> None:
         # Never raises: an error while reporting an error (a full disk) must not reach the loop's

@@ -6,7 +6,8 @@ From cuda-oom signatures in logs and from Error records whose exception is an Ou
 Evidence keys: `gpu`, `requested_bytes`, `total_bytes`, `free_bytes`, `processes` ([{"pid",
 "used_bytes"}], pid "this" for the failing process), `allocated_bytes`,
 `reserved_unallocated_bytes`, `allowed_bytes` (memory-fraction cap, None when none),
-`others_bytes` (GPU memory held outside this process's PyTorch allocator), `wording`, `source`.
+`others_bytes` (GPU memory held outside this process's PyTorch allocator), `wording`, `source`, `plan`
+(the memory plan of the run's command, analysis/oom_plan.py: verdict and the cheapest fix; None without one).
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from typing import Any
 from grpo_doctor.analysis import remedies
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.load import Evidence
+from grpo_doctor.analysis.oom_plan import plan_for_oom, plan_hint
 from grpo_doctor.logs.kinds import CUDA_OOM
 from grpo_doctor.logs.signatures import scan_text
 
@@ -60,6 +62,9 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
         seen.add(key)
         others = _others_bytes(fields)
         hints = _hints(fields, others, cfg)
+        plan = plan_for_oom(run.memory_plans, run.command, fields.get("total_bytes"))
+        if plan is not None:  # the number for this job first, then the general remedies
+            hints = (plan_hint(plan), *hints)
         gpu = fields.get("gpu")
         size = fields.get("requested_bytes")
         what = f"failed to allocate {_gib(size)}" if size else "ran out of memory"
@@ -70,7 +75,8 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
             ranks=(rank,) if rank is not None else (), hosts=(host,) if host else (), step=step, phase=phase,
             evidence={k: fields.get(k) for k in ("gpu", "requested_bytes", "total_bytes", "free_bytes", "processes",
                                                  "allocated_bytes", "reserved_unallocated_bytes", "allowed_bytes",
-                                                 "wording")} | {"others_bytes": others, "source": source},
+                                                 "wording")} | {"others_bytes": others, "source": source,
+                                                                "plan": plan},
             hints=hints,
         )
 

@@ -36,6 +36,9 @@ def read_openrlhf(cmd: SplitCommand, hw: Hardware) -> Job:
     flags, _ = parse_flags(cmd.args, "openrlhf")
     if hw.strict_flags:
         check_known(flags, ("openrlhf",), "openrlhf.cli.train_ppo_ray")
+    # OpenRLHF 0.10.2 renamed its options to dotted names (--actor.num_gpus_per_node, --vllm.num_engines,
+    # --ds.zero_stage): read them under the older names too.
+    flags = {**{_older_name(k): v for k, v in flags.items() if "." in k}, **flags}
     s = Settings(flags, "openrlhf")
     model = hw.model or s.text("pretrain")
     if not model:
@@ -70,3 +73,7 @@ def read_openrlhf(cmd: SplitCommand, hw: Hardware) -> Job:
         spelling=SPELLING,
     )
     return job.assume(*s.assumed)
+
+
+def _older_name(name: str) -> str:
+    return name.removeprefix("ds.").replace(".", "_")

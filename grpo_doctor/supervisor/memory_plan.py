@@ -1,0 +1,60 @@
+"""watch's memory plan at start: before the job's first step, say when it will not fit in GPU memory.
+
+The plan (grpo-doctor plan) runs on the launch command when it names a framework the planner reads,
+with this machine's GPU memory from NVML or watch's --gpu-memory. It never delays, ends or changes
+the job: anything it cannot do (no GPU size, a model config not on this machine, a flag it does
+not know) is one line saying so, and the job starts as it would have. The verdict goes into
+supervisor/HOST/plan.json, which `report` quotes beside a CUDA OOM.
+
+Typical use:
+    lines, data = plan_at_start(["swift", "rlhf", ...], dict(os.environ), gpu_memory_bytes=None)
+"""
+from __future__ import annotations
+
+from grpo_doctor.plan.commands import job_from_command, recognised
+from grpo_doctor.plan.commands.common import Hardware
+from grpo_doctor.plan.make import plan_job
+from grpo_doctor.plan.render import gib, plan_dict, verdict_line
+from grpo_doctor.schema.errors import DoctorError
+
+
+def plan_at_start(command: list[str], env: dict[str, str],
+                  gpu_memory_bytes: int | None) -> tuple[list[str], dict | None]:
+    """Lines for the console, and the plan's JSON (None when no plan was made)."""
+    if not recognised(command):
+        return [], None
+    memory, gpus = gpu_memory_bytes, None
+    if memory is None:
+        memory, gpus = _nvml_memory()
+    if memory is None:
+        return ["memory plan skipped: no GPU here (NVML) and no --gpu-memory"], None
+    try:
+        job = job_from_command(command, Hardware(gpus_per_node=gpus, nodes=None, gpu_memory_bytes=memory,
+                                                 strict_flags=False), env)
+        result = plan_job(job)
+    except DoctorError as exc:
+        return [f"memory plan skipped: {exc}"], None
+    except Exception as exc:  # the plan must never stop the job from starting
+        return [f"memory plan skipped: internal error {type(exc).__name__}: {exc}"], None
+    data = plan_dict(result.plan, result.fixes)
+    if result.plan.fits:
+        worst = result.plan.worst
+        return [f"memory plan: fits ({gib(worst.peak_bytes)} peak of {gib(worst.capacity_bytes)} per GPU)"], data
+    lines = [f"WARNING memory plan: {verdict_line(result.plan)}"]
+    fix = result.cheapest_fit
+    if fix is not None:
+        lines.append(f"  cheapest change that fits: {fix.flag} (frees {gib(fix.frees_bytes)}; speed cost: {fix.cost})")
+    lines.append("  the job starts anyway; `grpo-doctor plan -- COMMAND` shows the whole table")
+    return lines, data
+
+
+def _nvml_memory() -> tuple[int | None, int | None]:
+    from grpo_doctor.host.nvml import Nvml, NvmlError
+
+    nvml = Nvml()
+    try:
+        if not nvml.available or nvml.device_count() < 1:
+            return None, None
+        return nvml.memory_bytes(0)[1], nvml.device_count()
+    except NvmlError:
+        return None, None
