@@ -20,9 +20,9 @@ from dataclasses import fields
 from pathlib import Path
 
 from grpo_doctor.cli.errors import UserError
+from grpo_doctor.plan.commands import job_from_command
 from grpo_doctor.plan.commands.common import Hardware
 from grpo_doctor.plan.job import GIB, Job
-from grpo_doctor.plan.commands import job_from_command
 from grpo_doctor.plan.make import PlanResult, plan_job
 from grpo_doctor.plan.render import format_plan, plan_dict
 from grpo_doctor.plan.sizes import parse_size

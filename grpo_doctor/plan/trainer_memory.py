@@ -82,9 +82,11 @@ def model_states(shape: ModelShape, job: Job) -> ModelStates:
         else:  # ZeRO-3: fp32 gradient partition + master and moments; FSDP: its fp32 weights are the master
             grads = FP32_GRAD_BYTES * trainable / n
             optimizer = (MASTER_AND_ADAM_BYTES - (4 if job.fsdp else 0)) * trainable / n
-    else:  # ZeRO-1 / ZeRO-2: weights and 16-bit gradients whole, the rest partitioned
+    else:  # ZeRO-1 / ZeRO-2: 16-bit weights whole; ZeRO-2 partitions the 16-bit gradients too (DeepSpeed 0.19)
         weights = weight_bytes
-        grads = 0.0 if job.offload_optimizer else trainable * job.dtype_bytes + FP32_GRAD_BYTES * trainable / n
+        whole_grads = trainable * job.dtype_bytes if job.zero_stage == 1 else 0.0
+        split_grads = (FP32_GRAD_BYTES + (job.dtype_bytes if job.zero_stage == 2 else 0)) * trainable / n
+        grads = 0.0 if job.offload_optimizer else whole_grads + split_grads
         optimizer = 0.0 if job.offload_optimizer else MASTER_AND_ADAM_BYTES * trainable / n
     gathered = 0
     if job.full_sharding:

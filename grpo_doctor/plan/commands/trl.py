@@ -17,7 +17,12 @@ from pathlib import Path
 
 from grpo_doctor.plan.commands.argv import SplitCommand
 from grpo_doctor.plan.commands.common import Hardware, Settings
-from grpo_doctor.plan.commands.config_files import ZeroSettings, accelerate_settings, deepspeed_settings, read_yaml
+from grpo_doctor.plan.commands.config_files import (
+    ZeroSettings,
+    accelerate_settings,
+    deepspeed_settings,
+    read_yaml,
+)
 from grpo_doctor.plan.commands.flags import PlanCommandError, check_known, normal, parse_flags
 from grpo_doctor.plan.commands.placement import gpus_of_node
 from grpo_doctor.plan.job import COLOCATE, COMPLETION_ONLY, NO_ENGINE, SEPARATE, Job, Spelling

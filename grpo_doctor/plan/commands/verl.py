@@ -41,6 +41,8 @@ SPELLING = Spelling(
 def hydra_overrides(args: tuple[str, ...]) -> dict[str, str]:
     overrides = {}
     for word in args:
+        if word.startswith("$") and "=" not in word:  # a script's "$@": its own arguments, unknown here
+            continue
         key, eq, value = word.partition("=")
         if not eq:
             raise PlanCommandError(f"{word!r} is not a Hydra override (key=value) for verl.trainer.main_ppo")

@@ -1,0 +1,62 @@
+"""The plan where users already are: watch warns before the first step of a job that will not fit, and
+the report's cuda-oom finding quotes the plan's verdict and the change that fits.
+
+The job is a real child process run by `grpo-doctor watch` (a script whose command line reads as a
+TRL GRPO script, that prints the OOM line of CASES.md case 4 and fails); the model is transformers'
+default Qwen2 config.
+
+Typical use:
+    .venv/bin/python -m pytest -q tests/plan/test_plan_in_watch_and_report.py
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+transformers = pytest.importorskip("transformers")
+
+OOM_LINE = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.42 GiB. GPU 7 has a total capacity of "
+            "79.35 GiB of which 950.19 MiB is free. Process 48213 has 29.59 GiB memory in use. Process 48377 has "
+            "48.83 GiB memory in use. Of the allocated memory 27.01 GiB is allocated by PyTorch, and 1.02 GiB is "
+            "reserved by PyTorch but unallocated.")
+CLI = str(Path(sys.executable).parent / "grpo-doctor")
+
+
+@pytest.fixture(scope="module")
+def watched_oom(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
+    root = tmp_path_factory.mktemp("plan-watch")
+    transformers.Qwen2Config().to_json_file(root / "config.json")
+    script = root / "grpo.py"
+    script.write_text(f"import sys\nprint({OOM_LINE!r}, file=sys.stderr)\nsys.exit(1)\n")
+    command = [sys.executable, str(script), "--model_name_or_path", str(root), "--use_vllm", "true",
+               "--vllm_gpu_memory_utilization", "0.6", "--per_device_train_batch_size", "8",
+               "--max_completion_length", "2048", "--gradient_checkpointing", "false"]
+    done = subprocess.run([CLI, "watch", "--run-dir", str(root / "run"), "--gpu-memory", "79.35GiB", "--", *command],
+                          capture_output=True, text=True, timeout=300)
+    return done, root / "run"
+
+
+def test_watch_warns_before_the_job_starts_and_the_job_still_runs(watched_oom):
+    done, run = watched_oom
+    warning = done.stderr.index("WARNING memory plan: DOES NOT FIT")
+    assert warning < done.stderr.index("watching pid")  # said before the job started
+    assert "cheapest change that fits: " in done.stderr
+    assert done.returncode == 1  # the job's own status: the plan did not stop it
+    plan = json.loads(next(run.glob("supervisor/*/plan.json")).read_text())
+    assert plan["fits"] is False and plan["fixes"]
+
+
+def test_the_reports_cuda_oom_finding_quotes_the_plan_and_its_fix(watched_oom):
+    _, run = watched_oom
+    findings = json.loads((run / "findings.json").read_text())["findings"]
+    oom = next(f for f in findings if f["id"] == "cuda-oom")
+    plan = oom["evidence"]["plan"]
+    assert plan["fits"] is False and plan["fix"]
+    assert oom["hints"][0].startswith("The memory plan for this command (watch's plan at start")
+    assert plan["fix"] in oom["hints"][0]
+    html = (run / "report.html").read_text()
+    assert 'id="memory-plan"' in html and "plan-seg" in html
