@@ -1,6 +1,9 @@
 """Per GPU, per phase, what lives at once: the plan's picture of a GRPO job's memory.
 
-Three phases of every GRPO step, each with its own resident set:
+Four moments, each with its own resident set:
+- start: the rollout engine starts (profiles, takes its share) while the policy and the reference
+  model are already on the GPU and the optimizer does not exist yet (ms-swift, TRL and verl build
+  the engine in the trainer's constructor: CASES.md case 4 ran out of memory here);
 - generation: the rollout engine awake (weights, KV cache, CUDA graphs) beside the trainer's
   resident states (unless the framework offloads them while generating);
 - logprob: the reference / old-policy log-probabilities (no gradients kept) with the engine asleep
@@ -29,7 +32,7 @@ from grpo_doctor.plan.trainer_memory import (
 )
 from grpo_doctor.schema.errors import DoctorError
 
-PHASES = ("generation", "logprob", "training")
+PHASES = ("start", "generation", "logprob", "training")
 CUDA_CONTEXT_BYTES = GIB // 2  # CUDA context + cuBLAS / cuDNN workspaces of one process
 NCCL_BYTES = 2 * GIB // 5  # NCCL's channel buffers for the data-parallel group
 FRAGMENTATION = 0.10  # caching-allocator blocks reserved but not usable at the peak
@@ -144,13 +147,17 @@ def _phases(job: Job, shape: ModelShape, engine: EngineMemory | None, trains: bo
     if hosts_engine and engine is not None:
         own_process = job.placement != COLOCATE or not trains
         for phase in PHASES:
-            asleep = phase != "generation" and job.sleep_level > 0 and trains
+            asleep = phase in ("logprob", "training") and job.sleep_level > 0 and trains
             phases[phase].update(_engine_parts(engine, asleep, own_process))
     return phases
 
 
 def _trainer_parts(job: Job, shape: ModelShape, phase: str) -> dict[str, int]:
     states = model_states(shape, job)
+    if phase == "start":  # the models are loaded; no optimizer, no gradients, no communicator yet
+        parts = {"policy weights": states.weights_bytes, "reference model": states.reference_bytes,
+                 "CUDA context": CUDA_CONTEXT_BYTES}
+        return {name: value for name, value in parts.items() if value}
     offloaded = phase == "generation" and job.trainer_offload_in_rollout
     parts = {
         "policy weights": 0 if offloaded else states.weights_bytes,

@@ -65,6 +65,7 @@ def _gpu_table(gpu: GpuPlan) -> list[str]:
     names = list(dict.fromkeys(name for phase in PHASES for name in gpu.phases[phase]))
     width = max(len(n) for n in names + ["total"]) + 2
     head = f"{gpu_label(gpu.gpus)}: {gpu.role}".ljust(width) + "".join(p.rjust(12) for p in PHASES)
+    width = max(width, len(head) - 12 * len(PHASES))
     rows = [head]
     for name in names:
         rows.append(name.ljust(width) + "".join(_cell(gpu.phases[p].get(name)) for p in PHASES))
