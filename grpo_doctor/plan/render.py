@@ -18,6 +18,8 @@ def gib(num_bytes: float) -> str:
 
 
 def gpu_label(gpus: tuple[int, ...]) -> str:
+    if not gpus:
+        return "GPUs"
     if len(gpus) == 1:
         return f"GPU {gpus[0]}"
     if list(gpus) == list(range(gpus[0], gpus[-1] + 1)):

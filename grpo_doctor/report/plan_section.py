@@ -12,11 +12,14 @@ from __future__ import annotations
 from typing import Any
 
 from grpo_doctor.analysis.load import Evidence
+from grpo_doctor.plan.render import gpu_label
 
-# One colour per kind of part, so the same part has the same colour on every bar.
-COLOURS = {"vLLM": "#7b9acc", "weights": "#4e79a7", "reference": "#a0cbe8", "optimizer": "#f28e2b",
-           "gradients": "#ffbe7d", "activations": "#59a14f", "logits": "#8cd17d", "ZeRO-3": "#b6992d",
-           "fragmentation": "#bab0ac", "CUDA": "#9d7660", "NCCL": "#d7b5a6", "KV": "#499894"}
+# One colour per kind of part, so the same part has the same colour on every bar; the first key a
+# part's name contains decides (the engine's parts before the trainer's of the same word).
+COLOURS = (("KV cache", "#499894"), ("vLLM weights", "#86bcb6"), ("vLLM", "#b07aa1"), ("reference", "#a0cbe8"),
+           ("weights", "#4e79a7"), ("optimizer", "#f28e2b"), ("gradients", "#ffbe7d"), ("activations", "#59a14f"),
+           ("logits", "#8cd17d"), ("ZeRO-3", "#b6992d"), ("fragmentation", "#bab0ac"), ("CUDA", "#9d7660"),
+           ("NCCL", "#d7b5a6"))
 OTHER = "#cccccc"
 MAX_FIXES = 6
 
@@ -46,11 +49,11 @@ def _host_section(host: str, data: dict) -> dict[str, Any]:
 
 
 def _label(gpus: list) -> str:
-    return ("GPU " if len(gpus) == 1 else "GPUs ") + ",".join(str(g) for g in gpus)
+    return gpu_label(tuple(int(g) for g in gpus if isinstance(g, int)))
 
 
 def _colour(name: str) -> str:
-    for key, colour in COLOURS.items():
+    for key, colour in COLOURS:
         if key in name:
             return colour
     return OTHER
