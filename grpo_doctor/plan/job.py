@@ -70,6 +70,7 @@ class Job:
     fsdp: bool = False  # FSDP's full sharding (verl): fp32 sharded parameters, like ZeRO-3
     offload_optimizer: bool = False  # optimizer states (and their fp32 master weights) on the CPU
     offload_params: bool = False  # ZeRO-3 / FSDP parameters on the CPU
+    zero_sub_group_size: int = 1_000_000_000  # ZeRO-3 steps the optimizer this many parameters at a time
     gradient_checkpointing: bool = False
     micro_batch: int = 1  # sequences per forward/backward on one GPU
     logprob_micro_batch: int | None = None  # sequences per no-grad log-prob pass (None: micro_batch)

@@ -1,8 +1,13 @@
 """What the training process keeps on one GPU: model states, activations, GRPO's logits, buffers.
 
-Model states follow DeepSpeed's own accounting (bf16 weights, fp32 master weights and Adam moments:
-12 bytes per trainable parameter, gradients), so that they agree with
-`estimate_zero2/3_model_states_mem_needs` (tests/plan/test_model_states.py holds them within 5 %).
+Model states follow DeepSpeed's own code: bf16 weights; 16-bit gradients (partitioned from ZeRO-2 on)
+kept from backward to the step; fp32 master weights and Adam moments (12 bytes per trainable
+parameter, partitioned); and, during the optimizer step only, the fp32 copy of the gradients the
+step works on. ZeRO-3 makes that copy one sub-group at a time (`sub_group_size`, 1e9 by default),
+releasing the sub-group's 16-bit gradients as it goes, so for partitions larger than a sub-group the
+plan is below DeepSpeed's estimator, which counts the whole partition (`18P/N`): by 2 bytes x
+(P/N - sub_group_size). Everywhere else the plan equals `estimate_zero2/3_model_states_mem_needs`
+(tests/plan/test_model_states.py).
 Activations and the logits peak are per-token costs fitted to the reference trainer's measured peaks on
 CPU (tests/plan/test_measured_peaks.py; docs/plan.md gives the fit and its ratios).
 
@@ -18,7 +23,7 @@ from grpo_doctor.plan.job import COMPLETION_ONLY, Job
 from grpo_doctor.plan.model_shape import ModelShape
 
 MASTER_AND_ADAM_BYTES = 12  # fp32 master weight + Adam m + v, per trainable parameter (mixed precision)
-FP32_GRAD_BYTES = 4  # the fp32 gradient partition DeepSpeed's optimizer steps on (ZeRO 1-3)
+FP32_GRAD_BYTES = 4  # the fp32 gradients DeepSpeed's optimizer steps on (ZeRO 1-3), during the step
 QLORA_BYTES_PER_PARAM = 0.5625  # 4-bit NF4 + double-quantised constants; embeddings stay in bf16
 
 # Saved for backward per token per decoder layer, in units of the activation dtype, fitted to the
@@ -37,14 +42,16 @@ COPY_BYTES_FUSED = 0  # a fused / chunked cross-entropy: only its gradient buffe
 @dataclass(frozen=True)
 class ModelStates:
     weights_bytes: int
-    gradients_bytes: int
+    gradients_bytes: int  # kept from backward to the optimizer step (16-bit; FSDP: fp32)
     optimizer_bytes: int
     reference_bytes: int
     gathered_bytes: int  # ZeRO-3 / FSDP: whole layers gathered for the forward and backward
+    step_gradients_bytes: int = 0  # the fp32 gradients of the optimizer step, only during the step
 
     @property
-    def total_bytes(self) -> int:
-        return (self.weights_bytes + self.gradients_bytes + self.optimizer_bytes + self.reference_bytes
+    def at_step_bytes(self) -> int:
+        """The policy's model states at the optimizer step: what DeepSpeed's estimators count."""
+        return (self.weights_bytes + self.gradients_bytes + self.step_gradients_bytes + self.optimizer_bytes
                 + self.gathered_bytes)
 
 
@@ -70,31 +77,37 @@ def model_states(shape: ModelShape, job: Job) -> ModelStates:
             weight_bytes = float(shape.total_params * 4)
     else:
         weight_bytes = frozen_weight_bytes(shape, job) + trainable * job.dtype_bytes
+    step = 0.0
     if job.zero_stage == 0 and not job.fsdp:
         # Plain DDP (no DeepSpeed): the optimizer steps on the bf16 parameters; Adam's moments in bf16.
         grads = trainable * job.dtype_bytes
         optimizer = 2 * trainable * job.dtype_bytes
         weights = weight_bytes
-    elif job.full_sharding:
+    elif job.fsdp:  # fp32 shards: the gradients are fp32 shards too, and the shards are the master weights
         weights = 0.0 if job.offload_params else weight_bytes / n
-        if job.offload_optimizer:  # the fp32 gradient partition steps on the CPU with the optimizer
+        grads = 0.0 if job.offload_optimizer else FP32_GRAD_BYTES * trainable / n
+        optimizer = 0.0 if job.offload_optimizer else (MASTER_AND_ADAM_BYTES - 4) * trainable / n
+    else:
+        sharded = job.zero_stage == 3
+        weights = (0.0 if job.offload_params else weight_bytes / n) if sharded else weight_bytes
+        if job.offload_optimizer:  # gradients go to the CPU as they are reduced; the step runs there
             grads = optimizer = 0.0
-        else:  # ZeRO-3: fp32 gradient partition + master and moments; FSDP: its fp32 weights are the master
-            grads = FP32_GRAD_BYTES * trainable / n
-            optimizer = (MASTER_AND_ADAM_BYTES - (4 if job.fsdp else 0)) * trainable / n
-    else:  # ZeRO-1 / ZeRO-2: 16-bit weights whole; ZeRO-2 partitions the 16-bit gradients too (DeepSpeed 0.19)
-        weights = weight_bytes
-        whole_grads = trainable * job.dtype_bytes if job.zero_stage == 1 else 0.0
-        split_grads = (FP32_GRAD_BYTES + (job.dtype_bytes if job.zero_stage == 2 else 0)) * trainable / n
-        grads = 0.0 if job.offload_optimizer else whole_grads + split_grads
-        optimizer = 0.0 if job.offload_optimizer else MASTER_AND_ADAM_BYTES * trainable / n
+        else:
+            # ZeRO-1 keeps whole 16-bit gradients; ZeRO-2 and 3 their partition (DeepSpeed 0.19).
+            grads = trainable * job.dtype_bytes / (1 if job.zero_stage == 1 else n)
+            optimizer = MASTER_AND_ADAM_BYTES * trainable / n
+            partition = trainable / n
+            if sharded:  # ZeRO-3 copies one sub-group to fp32 and releases its 16-bit gradients
+                step = (FP32_GRAD_BYTES - job.dtype_bytes) * min(partition, job.zero_sub_group_size)
+            else:
+                step = FP32_GRAD_BYTES * partition
     gathered = 0
     if job.full_sharding:
         gathered = 4 * shape.largest_module_params  # DeepSpeed's estimator: 4 bytes x the largest layer
     reference = 0.0
     if job.reference_model and not job.reference_offload:
         reference = shape.total_params * job.dtype_bytes / (n if job.full_sharding else 1)
-    return ModelStates(int(weights), int(grads), int(optimizer), int(reference), int(gathered))
+    return ModelStates(int(weights), int(grads), int(optimizer), int(reference), int(gathered), int(step))
 
 
 def activation_bytes(shape: ModelShape, job: Job) -> int:

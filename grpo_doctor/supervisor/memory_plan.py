@@ -1,9 +1,10 @@
 """watch's memory plan at start: before the job's first step, say when it will not fit in GPU memory.
 
 The plan (grpo-doctor plan) runs on the launch command when it names a framework the planner reads,
-with this machine's GPU memory from NVML or watch's --gpu-memory. It never delays, ends or changes
-the job: anything it cannot do (no GPU size, a model config not on this machine, a flag it does
-not know) is one line saying so, and the job starts as it would have. The verdict goes into
+with this machine's GPU memory from NVML or watch's --gpu-memory (with neither there is nothing to
+plan against, and it says nothing). It never delays, ends or changes the job: anything it cannot do
+(a model config not on this machine, a command it cannot read) is one line saying so, and the job
+starts as it would have. The verdict goes into
 supervisor/HOST/plan.json, which `report` quotes beside a CUDA OOM.
 
 Typical use:
@@ -26,13 +27,15 @@ def plan_at_start(command: list[str], env: dict[str, str],
     memory, gpus = gpu_memory_bytes, None
     if memory is None:
         memory, gpus = _nvml_memory()
-    if memory is None:
-        return ["memory plan skipped: no GPU here (NVML) and no --gpu-memory"], None
+    if memory is None:  # no GPU here and none named: nothing to plan against, and nothing to say
+        return [], None
     try:
         job = job_from_command(command, Hardware(gpus_per_node=gpus, nodes=None, gpu_memory_bytes=memory,
                                                  strict_flags=False), env)
         result = plan_job(job)
     except DoctorError as exc:
+        if job_model_is_builtin(command):
+            return [], None
         return [f"memory plan skipped: {exc}"], None
     except Exception as exc:  # the plan must never stop the job from starting
         return [f"memory plan skipped: internal error {type(exc).__name__}: {exc}"], None
@@ -46,6 +49,11 @@ def plan_at_start(command: list[str], env: dict[str, str],
         lines.append(f"  cheapest change that fits: {fix.flag} (frees {gib(fix.frees_bytes)}; speed cost: {fix.cost})")
     lines.append("  the job starts anyway; `grpo-doctor plan -- COMMAND` shows the whole table")
     return lines, data
+
+
+def job_model_is_builtin(command: list[str]) -> bool:
+    """The reference trainer's default model is built in code: there is no config.json to plan from."""
+    return any("grpo_doctor_trainer" in word for word in command) and "--model" not in command
 
 
 def _nvml_memory() -> tuple[int | None, int | None]:

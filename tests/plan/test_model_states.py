@@ -4,7 +4,10 @@ own estimators, run here on the real architectures built on the meta device: wit
 Architectures: transformers' default configs of Llama, Qwen2, Qwen3 and Mistral, and every real
 config.json under tests/data/plan/models; ZeRO-2 and ZeRO-3, with and without CPU offload, on 8,
 16 and 64 GPUs. The plan counts parameters from config.json alone (no torch); DeepSpeed counts the
-built model's.
+built model's. One documented difference: ZeRO-3 partitions larger than sub_group_size (1e9
+parameters) -- DeepSpeed's estimator counts their fp32 gradients whole, its step makes them one
+sub-group at a time (releasing that sub-group's 16-bit gradients), and the plan follows the step
+(the difference, 2 bytes x the parameters beyond one sub-group, asserted to 0.1 %).
 
 Typical use:
     .venv/bin/python -m pytest -q tests/plan/test_model_states.py
@@ -75,8 +78,13 @@ def test_model_states_agree_with_deepspeeds_estimator(configs, counted, stage, o
         shape = load_model_shape(name, path)
         job = Job(framework="flags", model=name, gpu_memory_bytes=80 * GIB, gpus_per_node=gpus, nodes=nodes,
                   zero_stage=stage, offload_optimizer=offload_optimizer, offload_params=offload_params)
-        ours = model_states(shape, job)
-        planned = ours.weights_bytes + ours.gradients_bytes + ours.optimizer_bytes + ours.gathered_bytes
+        planned = model_states(shape, job).at_step_bytes
         theirs = deepspeed_gpu_bytes(*counted[name], stage, gpus, nodes, offload_optimizer, offload_params)
+        partition = shape.total_params / (gpus * nodes)
+        if stage == 3 and not offload_optimizer and partition > job.zero_sub_group_size:
+            # DeepSpeed's estimator counts the fp32 gradients of the whole partition; its ZeRO-3 step makes
+            # them one sub-group at a time. The plan follows the step: below the estimate by exactly that.
+            assert theirs - planned == pytest.approx(2 * (partition - job.zero_sub_group_size), rel=0.001)
+            continue
         assert abs(planned - theirs) / theirs <= TOLERANCE, (name, stage, offload_optimizer, offload_params,
                                                             gpus * nodes, planned / GIB, theirs / GIB)

@@ -53,9 +53,9 @@ def test_json_has_the_verdict_the_parts_per_gpu_and_fixes_as_exact_flags(capsys,
     assert status == 1 and data["fits"] is False
     gpu = data["gpus"][0]
     assert gpu["peak_bytes"] == max(p["total_bytes"] for p in gpu["phases"].values())
-    training = gpu["phases"]["training"]["parts"]
+    training = gpu["phases"]["backward"]["parts"]
     assert {"policy weights", "gradients", "optimizer states", "activations", "vLLM KV cache"} <= set(training)
-    assert sum(training.values()) == gpu["phases"]["training"]["total_bytes"]
+    assert sum(training.values()) == gpu["phases"]["backward"]["total_bytes"]
     fitting = [f for f in data["fixes"] if f["fits"]]
     assert fitting and all(f["flag"].startswith(("--", "NPROC_PER_NODE=", "PYTORCH_CUDA_ALLOC_CONF=")) for f in fitting)
     assert all(f["frees_bytes"] > 0 for f in data["fixes"])

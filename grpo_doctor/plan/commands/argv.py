@@ -39,6 +39,7 @@ def split_command(argv: str | list[str] | tuple[str, ...], env: dict[str, str] |
     words = shlex.split(argv) if isinstance(argv, str) else list(argv)
     if len(words) == 1 and " " in words[0]:  # a whole command line given as one word
         words = shlex.split(words[0])
+    words = _first_command(words)
     merged = dict(env if env is not None else os.environ)
     launcher, procs, nodes, accel_cfg, ds_cfg = None, None, None, None, None
     while words:
@@ -93,6 +94,27 @@ def split_command(argv: str | list[str] | tuple[str, ...], env: dict[str, str] |
         else:
             return _finish(word, words[1:], merged, launcher, procs, nodes, accel_cfg, ds_cfg)
     return _finish("", [], merged, launcher, procs, nodes, accel_cfg, ds_cfg)
+
+
+_SEPARATORS = {"|", "||", "&&", ";", "&", "|&"}
+_REDIRECT = re.compile(r"^(\d*|&)(>>?|<)(&\d+)?$|^(\d*|&)(>>?|<)\S+$")
+
+
+def _first_command(words: list[str]) -> list[str]:
+    """A shell line's first command, without its redirections: `cmd args 2>&1 | tee log &` is `cmd args`."""
+    kept: list[str] = []
+    skip_target = False
+    for word in words:
+        if skip_target:
+            skip_target = False
+            continue
+        if word in _SEPARATORS:
+            break
+        if _REDIRECT.match(word):
+            skip_target = word.endswith((">", "<"))  # `> file`: the next word is the file
+            continue
+        kept.append(word)
+    return kept
 
 
 def _finish(program, args, env, launcher, procs, nodes, accel_cfg, ds_cfg) -> SplitCommand:

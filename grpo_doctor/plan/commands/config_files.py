@@ -29,6 +29,7 @@ class ZeroSettings:
     offload_optimizer: bool = False
     offload_params: bool = False
     fsdp: bool = False
+    sub_group_size: int = 1_000_000_000  # ZeRO-3's zero_optimization.sub_group_size
     procs: int | None = None  # accelerate's num_processes
     nodes: int | None = None
     source: str = ""
@@ -46,6 +47,7 @@ def deepspeed_settings(value: str, base_dir: Path | None = None) -> ZeroSettings
         stage=_stage(zero.get("stage", 0), value),
         offload_optimizer=_offloaded(zero.get("offload_optimizer")),
         offload_params=_offloaded(zero.get("offload_param")),
+        sub_group_size=_count(zero.get("sub_group_size"), 1_000_000_000),
         source=value,
     )
 
@@ -58,15 +60,16 @@ def accelerate_settings(path: str, base_dir: Path | None = None) -> ZeroSettings
     fsdp = data.get("fsdp_config") or {}
     if isinstance(ds, dict) and ds.get("deepspeed_config_file"):
         inner = deepspeed_settings(str(ds["deepspeed_config_file"]), _resolve(path, base_dir).parent)
-        return ZeroSettings(inner.stage, inner.offload_optimizer, inner.offload_params, False, procs, nodes, path)
+        return ZeroSettings(inner.stage, inner.offload_optimizer, inner.offload_params, False, inner.sub_group_size,
+                            procs, nodes, path)
     if isinstance(ds, dict) and ds:
         return ZeroSettings(_stage(ds.get("zero_stage", 0), path),
                             str(ds.get("offload_optimizer_device", "none")).lower() in ("cpu", "nvme"),
                             str(ds.get("offload_param_device", "none")).lower() in ("cpu", "nvme"),
-                            False, procs, nodes, path)
+                            False, procs=procs, nodes=nodes, source=path)
     if isinstance(fsdp, dict) and (fsdp or data.get("distributed_type") == "FSDP"):
         offload = bool(fsdp.get("fsdp_offload_params"))
-        return ZeroSettings(3, offload, offload, True, procs, nodes, path)
+        return ZeroSettings(3, offload, offload, True, procs=procs, nodes=nodes, source=path)
     return ZeroSettings(0, procs=procs, nodes=nodes, source=path)
 
 
@@ -108,6 +111,14 @@ def _stage(value, source: str) -> int:
     if stage not in (0, 1, 2, 3):
         raise PlanCommandError(f"{source}: ZeRO stage {stage} is not 0, 1, 2 or 3")
     return stage
+
+
+def _count(value, default: int) -> int:
+    """A DeepSpeed count (1e9 written as a float, or "auto": the default)."""
+    try:
+        return int(float(value))
+    except (TypeError, ValueError):
+        return default
 
 
 def _offloaded(section) -> bool:

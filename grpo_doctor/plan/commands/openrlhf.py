@@ -53,7 +53,8 @@ def read_openrlhf(cmd: SplitCommand, hw: Hardware) -> Job:
     lora = s.number("lora_rank", 0)
     job = Job(
         framework="openrlhf", model=model, gpu_memory_bytes=hw.gpu_memory_bytes, gpus_per_node=gpus,
-        nodes=hw.nodes or s.number("actor_num_nodes", 1), train_gpus_per_node=actor_gpus,
+        # The actor's own nodes: the cluster also holds the reference, the engines and the reward model.
+        nodes=s.number("actor_num_nodes", 1), train_gpus_per_node=actor_gpus,
         train_type=("qlora" if s.switch("load_in_4bit", False) else "lora") if lora else "full", lora_rank=lora or 8,
         zero_stage=s.number("zero_stage", 2), offload_optimizer=s.switch("adam_offload", False),
         gradient_checkpointing=s.switch("gradient_checkpointing", False),

@@ -68,6 +68,7 @@ def read_swift(cmd: SplitCommand, hw: Hardware) -> Job:
         dtype_bytes=4 if s.text("torch_dtype") in ("float32", "fp32") else 2,
         zero_stage=ds.stage if ds else 0,
         offload_optimizer=bool(ds and ds.offload_optimizer), offload_params=bool(ds and ds.offload_params),
+        zero_sub_group_size=ds.sub_group_size if ds else 1_000_000_000,
         gradient_checkpointing=s.switch("gradient_checkpointing", True),
         micro_batch=s.number("per_device_train_batch_size", 1),
         max_prompt_len=s.number("max_length", 512, say="prompts of 512 tokens (no --max_length)"),

@@ -55,7 +55,8 @@ def read_trl(cmd: SplitCommand, hw: Hardware, base_dir: Path | None = None) -> J
         raise PlanCommandError(f"{cmd.program}: no --model_name_or_path; name the model (grpo-doctor plan --model)")
     zero = _zero(cmd, s, base_dir)
     gpus, gpu_note = gpus_of_node(hw, cmd.env)
-    trainers = (zero.procs // (zero.nodes or 1) if zero.procs else None) or cmd.procs_per_node or gpus
+    # The launcher's flag wins over its config file, as accelerate reads them.
+    trainers = cmd.procs_per_node or (zero.procs // (zero.nodes or 1) if zero.procs else None) or gpus
     nodes = hw.nodes or cmd.nodes or zero.nodes or 1
     peft = s.switch("use_peft", False)
     train_type = ("qlora" if s.switch("load_in_4bit", False) else "lora") if peft else "full"
@@ -68,7 +69,7 @@ def read_trl(cmd: SplitCommand, hw: Hardware, base_dir: Path | None = None) -> J
         framework="trl", model=model, gpu_memory_bytes=hw.gpu_memory_bytes, gpus_per_node=gpus, nodes=nodes,
         train_gpus_per_node=trainers, train_type=train_type, lora_rank=s.number("lora_r", 16),
         dtype_bytes=2, zero_stage=zero.stage, fsdp=zero.fsdp, offload_optimizer=zero.offload_optimizer,
-        offload_params=zero.offload_params,
+        offload_params=zero.offload_params, zero_sub_group_size=zero.sub_group_size,
         gradient_checkpointing=s.switch("gradient_checkpointing", True),
         micro_batch=s.number("per_device_train_batch_size", 8),
         max_prompt_len=prompt, max_completion_len=s.number("max_completion_length", 512),
