@@ -9,6 +9,7 @@ from __future__ import annotations
 from grpo_doctor.plan.estimate import PHASES, GpuPlan, Plan
 from grpo_doctor.plan.fixes import Fix
 from grpo_doctor.plan.job import GIB
+from grpo_doctor.plan.trainer_memory import host_bytes_per_node
 
 JSON_VERSION = 1
 
@@ -51,6 +52,10 @@ def format_plan(plan: Plan, fixes: list[Fix]) -> str:
     if plan.engine is not None:
         lines.append(f"vLLM KV cache: {gib(max(0, plan.engine.kv_cache_bytes))} per GPU = {plan.engine.kv_tokens:,} tokens "
                      f"(max_model_len {job.max_model_len:,})")
+    host = host_bytes_per_node(shape, job)
+    if host:
+        lines.append(f"host memory for offloaded states: {gib(host)} per node (DeepSpeed's own estimate adds 1.5x "
+                     "for pinned buffers)")
     useful = [f for f in fixes if f.frees_bytes > 0 or f.fits]
     if useful and not plan.fits:
         lines += ["", "cheapest changes first (what each frees on the fullest GPU; speed cost):"]
@@ -103,6 +108,7 @@ def plan_dict(plan: Plan, fixes: list[Fix]) -> dict:
             "budget_bytes": plan.engine.budget_bytes, "weights_bytes": plan.engine.weights_bytes,
             "kv_cache_bytes": plan.engine.kv_cache_bytes, "kv_tokens": plan.engine.kv_tokens,
             "max_model_len": job.max_model_len},
+        "host_offload_bytes_per_node": host_bytes_per_node(shape, job),
         "fixes": [f.to_dict() for f in fixes],
         "assumptions": list(job.assumptions),
         "command": list(job.command),

@@ -110,6 +110,25 @@ def model_states(shape: ModelShape, job: Job) -> ModelStates:
     return ModelStates(int(weights), int(grads), int(optimizer), int(reference), int(gathered), int(step))
 
 
+def host_bytes_per_node(shape: ModelShape, job: Job) -> int:
+    """CPU memory one node needs for what its ranks offload: DeepSpeed's optimizer / parameter offload
+    (master weights, moments, fp32 gradients, 16-bit parameters) and the framework's offload while
+    generating. DeepSpeed's own estimator adds 1.5x for pinned buffers on top."""
+    n, ranks = job.sharding_degree, job.trainers_per_node
+    trainable = trainable_params(shape, job)
+    states = model_states(shape, job)
+    per_rank = 0.0
+    if job.offload_optimizer:
+        per_rank += (MASTER_AND_ADAM_BYTES + FP32_GRAD_BYTES) * trainable / n
+    if job.offload_params:
+        per_rank += shape.total_params * job.dtype_bytes / n
+    if job.trainer_offload_in_rollout:
+        per_rank += states.weights_bytes + states.reference_bytes
+    if job.optimizer_offload_in_rollout:
+        per_rank += states.optimizer_bytes
+    return int(per_rank * ranks)
+
+
 def activation_bytes(shape: ModelShape, job: Job) -> int:
     """Activations saved for backward by one training micro-batch (prompt + completion tokens)."""
     tokens = job.micro_batch * job.tokens_per_sequence
