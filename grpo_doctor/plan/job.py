@@ -24,8 +24,11 @@ LAST_GPUS = "last-gpus"  # ms-swift 2.x/3.x "vllm_device auto": engines on the n
 NO_ENGINE = "none"  # generation by the policy itself (HF generate)
 
 # How a framework computes per-token log-probabilities, which decides GRPO's logits peak.
-COMPLETION_ONLY = "completion"  # logits kept for the completion's positions only (TRL logits_to_keep)
-WHOLE_SEQUENCE = "sequence"  # logits of every position (verl, OpenRLHF: prompt + response)
+SLICED_FP32 = "sliced-fp32"  # every position's logits; the completion's sliced, scaled, upcast to fp32 (the
+# reference trainer)
+KEPT_ROWWISE = "kept-rowwise"  # the completion's logits only (logits_to_keep), log_softmax row by row in bf16
+# (TRL's selective_log_softmax; ms-swift)
+FUSED = "fused"  # every position's logits into a fused, chunked cross-entropy (verl, OpenRLHF with flash-attn)
 
 
 @dataclass(frozen=True)
@@ -78,10 +81,7 @@ class Job:
     max_completion_len: int = 512
     reference_model: bool = False  # a separate frozen reference copy (KL with beta > 0, full training)
     reference_offload: bool = False
-    logits_positions: str = COMPLETION_ONLY  # positions the model's forward returns logits for
-    logprob_positions: str = COMPLETION_ONLY  # positions the log-softmax copies are made for
-    logits_fp32: bool = True  # upcast before log_softmax (TRL, ms-swift, the reference trainer)
-    logits_chunked: bool = False  # a fused / chunked log-softmax keeps no [B, T, V] fp32 copy
+    logprob_style: str = KEPT_ROWWISE
     # The rollout engine.
     engine: str = "vllm"  # "vllm", "sglang", "hf"
     placement: str = COLOCATE

@@ -19,25 +19,26 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from grpo_doctor.plan.job import COMPLETION_ONLY, Job
+from grpo_doctor.plan.job import FUSED, SLICED_FP32, Job
 from grpo_doctor.plan.model_shape import ModelShape
 
 MASTER_AND_ADAM_BYTES = 12  # fp32 master weight + Adam m + v, per trainable parameter (mixed precision)
 FP32_GRAD_BYTES = 4  # the fp32 gradients DeepSpeed's optimizer steps on (ZeRO 1-3), during the step
 QLORA_BYTES_PER_PARAM = 0.5625  # 4-bit NF4 + double-quantised constants; embeddings stay in bf16
 
-# Saved for backward per token per decoder layer, in units of the activation dtype, fitted to the
-# measured peaks (docs/plan.md): ~ the layer's inputs, norms (fp32), q/k/v/attention output, and the
-# gated MLP's four intermediate-width tensors.
-HIDDEN_COEFF = 14.0
+# Activations saved for backward, per token, in units of the activation dtype (docs/plan.md: fitted to
+# the reference trainer's measured peaks, tests/plan/test_measured_peaks.py). Each decoder layer keeps
+# ~HIDDEN_COEFF x hidden + INTERMEDIATE_COEFF x intermediate (its inputs, fp32 norm statistics, q/k/v
+# and attention output, the gated MLP's four intermediate-width tensors); the model's ends (embedding
+# output, final norm, the lm_head's input) add ENDS_COEFF x hidden. With gradient checkpointing a layer
+# keeps CHECKPOINT_COEFF x hidden (its input and rotary tables), and backward recomputes one layer at a
+# time, after the logits' backward is done.
+HIDDEN_COEFF = 12.0
 INTERMEDIATE_COEFF = 4.0
-# With gradient checkpointing each layer keeps only its input; one layer is recomputed at a time.
-CHECKPOINT_COEFF = 1.0
-# Copies of the logits the log-prob computation makes, bytes per element beyond the model's own
-# logits (dtype): by how the framework computes log-probs.
-COPY_BYTES_FP32_UPCAST = 8  # fp32 copy + fp32 log_softmax (plus a temperature-scaled copy in dtype)
-COPY_BYTES_ROWWISE = 0  # TRL's selective_log_softmax on bf16: per-row log_softmax outputs (in dtype)
-COPY_BYTES_FUSED = 0  # a fused / chunked cross-entropy: only its gradient buffer (in dtype)
+ENDS_COEFF = 3.0
+CHECKPOINT_COEFF = 1.5
+FP32_BYTES = 4
+
 
 @dataclass(frozen=True)
 class ModelStates:
@@ -130,31 +131,52 @@ def host_bytes_per_node(shape: ModelShape, job: Job) -> int:
 
 
 def activation_bytes(shape: ModelShape, job: Job) -> int:
-    """Activations saved for backward by one training micro-batch (prompt + completion tokens)."""
+    """Activations saved for backward by one training micro-batch (prompt + completion tokens), and
+    with gradient checkpointing the layer being recomputed where it outgrows the logits' backward."""
     tokens = job.micro_batch * job.tokens_per_sequence
-    per_layer_full = (HIDDEN_COEFF * shape.hidden + INTERMEDIATE_COEFF * _mlp_width(shape)) * job.dtype_bytes
-    if job.gradient_checkpointing:
-        kept = shape.layers * CHECKPOINT_COEFF * shape.hidden * job.dtype_bytes
-        return int(tokens * (kept + per_layer_full))  # every layer's input + the layer being recomputed
-    return int(tokens * shape.layers * per_layer_full)
+    layer = (HIDDEN_COEFF * shape.hidden + INTERMEDIATE_COEFF * _mlp_width(shape)) * job.dtype_bytes
+    ends = ENDS_COEFF * shape.hidden * job.dtype_bytes
+    if not job.gradient_checkpointing:
+        return int(tokens * (shape.layers * layer + ends))
+    kept = tokens * (shape.layers * CHECKPOINT_COEFF * shape.hidden * job.dtype_bytes + ends)
+    # The logits' backward (logits_bytes) comes first; the recomputed layer only adds what exceeds it.
+    recompute = tokens * layer - logits_bytes(shape, job, training=True)
+    return int(kept + max(0, recompute))
 
 
 def logits_bytes(shape: ModelShape, job: Job, training: bool) -> int:
-    """GRPO's log-prob peak: [batch, positions, vocab] logits and the copies the framework makes."""
+    """GRPO's log-prob peak: the [batch, positions, vocab] logits and what the log-softmax makes of them.
+
+    sliced-fp32 (the reference trainer, measured to the byte): while dividing by the temperature the
+    whole sequence's logits and the completion's scaled copy live together; then the copy, its fp32
+    upcast and the fp32 log_softmax. Training keeps that log_softmax output (fp32) and its backward
+    makes two more fp32 tensors of the same size.
+    kept-rowwise (TRL, ms-swift): the completion's logits, their scaled copy, the row-by-row log_softmax
+    outputs in bf16; backward adds two tensors of that size.
+    fused (verl, OpenRLHF): the whole sequence's logits go into a chunked cross-entropy; backward writes
+    their gradient into one buffer the size of the logits.
+    Then, in every style, the lm_head's backward holds the gradient of all the logits it returned and
+    its weight's new gradient (measured: the peak of the fp32 large-vocabulary settings).
+    """
     batch = job.micro_batch if training else (job.logprob_micro_batch or job.micro_batch)
-    returned = _positions(job, job.logits_positions) * shape.vocab * job.dtype_bytes
-    if job.logits_chunked:
-        copy_bytes = job.dtype_bytes + COPY_BYTES_FUSED
-    elif job.logits_fp32:
-        copy_bytes = job.dtype_bytes + COPY_BYTES_FP32_UPCAST
+    completion = batch * job.max_completion_len * shape.vocab
+    sequence = batch * job.tokens_per_sequence * shape.vocab
+    w = job.dtype_bytes
+    if job.logprob_style == SLICED_FP32:
+        upcast = FP32_BYTES if w < FP32_BYTES else 0
+        forward = max(sequence * w + completion * w, completion * (w + upcast + FP32_BYTES))
+        backward = 3 * completion * FP32_BYTES
+        returned = sequence
+    elif job.logprob_style == FUSED:
+        forward, backward, returned = sequence * w, 2 * sequence * w, sequence
     else:
-        copy_bytes = 2 * job.dtype_bytes + COPY_BYTES_ROWWISE
-    copies = _positions(job, job.logprob_positions) * shape.vocab * copy_bytes
-    return int(batch * (returned + copies))
-
-
-def _positions(job: Job, which: str) -> int:
-    return job.max_completion_len if which == COMPLETION_ONLY else job.tokens_per_sequence
+        forward, backward, returned = 2 * completion * w, 3 * completion * w, completion
+    if not training:
+        return int(forward)
+    # The lm_head's backward: the gradient of every logit it returned, beside the new gradient of its
+    # weight (vocab x hidden; under accumulation a temporary added into the existing one).
+    lm_head = returned * w + shape.vocab * shape.hidden * w
+    return int(max(forward, backward, lm_head))
 
 
 def inference_activation_bytes(shape: ModelShape, job: Job) -> int:

@@ -26,13 +26,12 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
+from grpo_doctor_trainer.grpo import grpo_loss, position_ids_for, token_logprobs
 from torch.distributed._tools.mem_tracker import MemTracker
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map_only
 from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig
 from transformers.modeling_outputs import CausalLMOutputWithPast
-
-from grpo_doctor_trainer.grpo import grpo_loss, position_ids_for, token_logprobs
 
 MIB = 2**20
 
@@ -102,6 +101,8 @@ class MeasuredStep:
     peak_total_bytes: int
     peak_activations_bytes: int
     forward_peak_total_bytes: int  # the highest point before backward starts
+    saved_after_forward_bytes: int  # live above params once the loss is computed: what autograd keeps
+    grads_at_peak_bytes: int  # parameter gradients already written when the peak is reached
     peak_in: str  # "forward" or "backward"
     peak_by_category_bytes: dict  # MemTracker's categories at the peak
     logits_peak_bytes: int  # with grad, as the policy forward
@@ -158,14 +159,17 @@ def _snapshot(tracker: MemTracker, kind: str) -> dict[str, int]:
     return merged
 
 
-def logits_peak_bytes(model, input_ids, attention_mask, num_prompt_tokens: int, temperature: float,
-                      grad: bool) -> int:
-    """Peak live bytes of token_logprobs from the lm_head on: logits [B, T, V], the sliced and
-    temperature-scaled copy, the fp32 upcast, log_softmax and what autograd keeps of them."""
-    with torch.set_grad_enabled(grad):
-        hidden = model.model(input_ids=input_ids, attention_mask=attention_mask,
-                             position_ids=position_ids_for(attention_mask), use_cache=False).last_hidden_state
+def _trunk(model, input_ids, attention_mask, grad: bool) -> torch.Tensor:
+    with torch.set_grad_enabled(grad), _Bf16GemmInFp32():
+        return model.model(input_ids=input_ids, attention_mask=attention_mask,
+                           position_ids=position_ids_for(attention_mask), use_cache=False).last_hidden_state
+
+
+def _logits_peak_on(model, hidden, input_ids, attention_mask, num_prompt_tokens: int, temperature: float,
+                    grad: bool) -> int:
     tracker = MemTracker()
+    # Seen through the lm_head's views it would count as new; it is the trunk's, so it is "Other".
+    tracker.track_external(hidden, input_ids, attention_mask)
 
     def head_only(**_):  # what LlamaForCausalLM.forward does after its trunk
         return CausalLMOutputWithPast(logits=model.lm_head(hidden))
@@ -174,7 +178,15 @@ def logits_peak_bytes(model, input_ids, attention_mask, num_prompt_tokens: int, 
         logp = token_logprobs(head_only, input_ids, attention_mask, num_prompt_tokens, temperature)
     del logp
     peak = _snapshot(tracker, "peak")
-    return peak["Total"] - peak["Parameter"] - peak["Buffer"] - peak["Gradient"]
+    return peak["Total"] - peak["Parameter"] - peak["Buffer"] - peak["Gradient"] - peak["Other"]
+
+
+def logits_peak_bytes(model, input_ids, attention_mask, num_prompt_tokens: int, temperature: float,
+                      grad: bool) -> int:
+    """Peak live bytes of token_logprobs from the lm_head on: logits [B, T, V], the sliced and
+    temperature-scaled copy, the fp32 upcast, log_softmax and what autograd keeps of them."""
+    hidden = _trunk(model, input_ids, attention_mask, grad)
+    return _logits_peak_on(model, hidden, input_ids, attention_mask, num_prompt_tokens, temperature, grad)
 
 
 def _params_bytes(model) -> int:
@@ -206,22 +218,32 @@ def measure_logprob_no_grad(model_config: dict, micro_batch: int, prompt_len: in
 
 def measure_train_step_on(model, micro_batch: int, prompt_len: int, completion_len: int,
                           gradient_checkpointing: bool, *, temperature: float = 1.0, beta: float = 0.04,
-                          epsilon: float = 0.2, seed: int = 0) -> MeasuredStep:
+                          epsilon: float = 0.2, seed: int = 0, accumulating: bool = False) -> MeasuredStep:
+    """One micro-step measured. `accumulating`: a micro-step of gradient accumulation after the first
+    (every .grad already exists, as in GRPO's accumulation and DeepSpeed's persistent gradient buffers),
+    so that the peak above parameters and gradients is the activations' and logits' own."""
     model.train()
     if gradient_checkpointing:
         model.activation_checkpointing_enable()  # non-reentrant, as transformers and TRL default
     input_ids, attention_mask = _batch(model, micro_batch, prompt_len, completion_len, seed)
-    with torch.no_grad():  # what the reference model would hand over; its own pass is measured apart
-        ref_logp = token_logprobs(model, input_ids, attention_mask, prompt_len, temperature)
+    # Stands for the reference model's output ([B, C] fp32, its values do not move memory); the
+    # reference pass itself is measure_logprob_no_grad's.
+    ref_logp = -torch.rand(micro_batch, completion_len, generator=torch.Generator().manual_seed(seed))
     advantages = torch.randn(micro_batch, generator=torch.Generator().manual_seed(seed))
     completion_mask = torch.ones(micro_batch, completion_len)
 
+    if accumulating:  # the first micro-step, untracked: it leaves every parameter's .grad allocated
+        with _Bf16GemmInFp32():
+            first, _ = grpo_loss(token_logprobs(model, input_ids, attention_mask, prompt_len, temperature),
+                                 ref_logp, advantages, completion_mask, beta, epsilon)
+            first.backward()
+            del first
     tracker = MemTracker()
     tracker.track_external(model, input_ids, attention_mask, ref_logp, advantages, completion_mask)
     with _Bf16GemmInFp32(), tracker:  # the reference trainer's forward, loss and backward phases
         logp = token_logprobs(model, input_ids, attention_mask, prompt_len, temperature)
         loss, _ = grpo_loss(logp, ref_logp, advantages, completion_mask, beta, epsilon)
-        forward_peak = _snapshot(tracker, "peak")
+        forward_peak, forward_end = _snapshot(tracker, "peak"), _snapshot(tracker, "current")
         loss.backward()
         del logp, loss
     peak, after = _snapshot(tracker, "peak"), _snapshot(tracker, "current")
@@ -231,16 +253,17 @@ def measure_train_step_on(model, micro_batch: int, prompt_len: int, completion_l
         peak_total_bytes=peak["Total"],
         peak_activations_bytes=peak["Total"] - peak["Parameter"] - peak["Gradient"] - peak["Optstate"],
         forward_peak_total_bytes=forward_peak["Total"],
+        saved_after_forward_bytes=forward_end["Total"] - forward_end["Parameter"] - forward_end["Gradient"],
+        grads_at_peak_bytes=peak["Gradient"],
         peak_in="forward" if peak["Total"] == forward_peak["Total"] else "backward",
         peak_by_category_bytes=peak,
         logits_peak_bytes=0, logits_peak_no_grad_bytes=0)
     assert after["Gradient"] == grads_bytes, (after, grads_bytes)  # the tracker saw every gradient
     model.zero_grad(set_to_none=True)
-    return replace(
-        result,
-        logits_peak_bytes=logits_peak_bytes(model, input_ids, attention_mask, prompt_len, temperature, grad=True),
-        logits_peak_no_grad_bytes=logits_peak_bytes(model, input_ids, attention_mask, prompt_len, temperature,
-                                                    grad=False))
+    hidden = _trunk(model, input_ids, attention_mask, grad=True)
+    logits = (_logits_peak_on(model, hidden, input_ids, attention_mask, prompt_len, temperature, grad)
+              for grad in (True, False))
+    return replace(result, logits_peak_bytes=next(logits), logits_peak_no_grad_bytes=next(logits))
 
 
 def measure_train_step(model_config: dict, micro_batch: int, prompt_len: int, completion_len: int,
@@ -277,17 +300,26 @@ GRID = (
     Setting(32000, 256, 4, 1, 2, 128, 256, False, "float32"),
     Setting(32000, 512, 4, 2, 2, 128, 512, False, "float32"),
     Setting(32000, 512, 4, 2, 2, 128, 512, True, "float32"),
-    Setting(32000, 768, 8, 3, 4, 64, 192, False, "bfloat16"),
-    Setting(32000, 768, 8, 3, 4, 64, 192, True, "bfloat16"),
-    Setting(32000, 1024, 2, 4, 1, 128, 512, True, "bfloat16"),
+    Setting(32000, 768, 6, 3, 2, 64, 192, False, "bfloat16"),
+    Setting(32000, 768, 6, 3, 2, 64, 192, True, "bfloat16"),
+    Setting(32000, 1024, 2, 4, 1, 128, 256, True, "bfloat16"),
+    Setting(32000, 512, 2, 8, 1, 64, 1024, False, "bfloat16"),
     Setting(151936, 256, 2, 1, 1, 64, 256, False, "bfloat16"),
-    Setting(151936, 256, 4, 4, 4, 64, 128, False, "bfloat16", tie_word_embeddings=True),
+    Setting(151936, 256, 2, 4, 4, 64, 64, False, "bfloat16", tie_word_embeddings=True),
     Setting(151936, 512, 2, 2, 2, 128, 128, True, "float32"),
-    Setting(151936, 384, 2, 6, 1, 256, 1024, True, "bfloat16"),
+    Setting(151936, 256, 2, 4, 1, 128, 512, True, "bfloat16"),
 )
 
-COLUMNS = ("V", "H", "L", "kv", "B", "P", "C", "ckpt", "dtype", "params", "grads", "peak", "peak_act",
-           "fwd_peak", "peak_in", "logits", "logits_ng", "ref_peak_act", "s")
+COLUMNS = ("V", "H", "L", "kv", "B", "P", "C", "ckpt", "dtype", "params", "grads", "peak", "grads@pk",
+           "peak_act", "saved", "fwd_peak", "logits", "logits_ng", "ref_act", "s")
+
+LEGEND = """MiB of live tensor bytes (MemTracker). V vocab, H hidden, L layers, kv KV/attention heads (head_dim 64),
+B micro-batch, P prompt, C completion tokens (no padding), ckpt gradient checkpointing.
+peak: the step's highest point (forward + GRPO loss + backward; an F after grads@pk marks a forward peak);
+grads@pk: parameter gradients already written at it; peak_act = peak - params - grads@pk;
+saved: live above params once the loss is computed; fwd_peak: highest point before backward;
+logits / logits_ng: token_logprobs from the lm_head on, with grad / under no_grad;
+ref_act: a whole no_grad token_logprobs pass (reference / old policy) above params; s: wall seconds."""
 
 
 def measure_setting(setting: Setting) -> tuple[MeasuredStep, MeasuredLogprob]:
@@ -305,8 +337,9 @@ def _row(setting: Setting, step: MeasuredStep, ref: MeasuredLogprob, seconds: fl
             str(setting.prompt_len), str(setting.completion_len), "on" if setting.gradient_checkpointing else "off",
             setting.dtype.replace("float", "fp").replace("bfloat", "bf") + ("+tied" if setting.tie_word_embeddings else ""),
             mib(step.params_bytes), mib(step.grads_bytes), mib(step.peak_total_bytes),
-            mib(step.peak_activations_bytes), mib(step.forward_peak_total_bytes), step.peak_in,
-            mib(step.logits_peak_bytes), mib(step.logits_peak_no_grad_bytes), mib(ref.peak_activations_bytes),
+            mib(step.grads_at_peak_bytes) + ("" if step.peak_in == "backward" else "F"),
+            mib(step.peak_activations_bytes), mib(step.saved_after_forward_bytes),
+            mib(step.forward_peak_total_bytes), mib(step.logits_peak_bytes), mib(step.logits_peak_no_grad_bytes), mib(ref.peak_activations_bytes),
             f"{seconds:.1f}"]
 
 
@@ -315,16 +348,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write every measurement, in bytes, to this file")
     args = parser.parse_args(argv)
     widths = [max(len(c), 8) for c in COLUMNS]
-    print(" ".join(c.rjust(w) for c, w in zip(COLUMNS, widths)))
+    print(" ".join(c.rjust(w) for c, w in zip(COLUMNS, widths, strict=True)))
     records = []
     for setting in GRID:
         start = time.perf_counter()
         step, ref = measure_setting(setting)
         seconds = time.perf_counter() - start
-        print(" ".join(v.rjust(w) for v, w in zip(_row(setting, step, ref, seconds), widths)), flush=True)
+        print(" ".join(v.rjust(w) for v, w in zip(_row(setting, step, ref, seconds), widths, strict=True)), flush=True)
         records.append({"setting": asdict(setting), "train_step": asdict(step), "logprob_no_grad": asdict(ref)})
-    print("MiB; peak_act = peak - params - grads at the peak; logits = token_logprobs from lm_head on (with grad);"
-          " logits_ng = same under no_grad; ref_peak_act = a whole no_grad token_logprobs pass above params")
+    print(LEGEND)
     if args.json:
         args.json.write_text(json.dumps({"torch": torch.__version__, "records": records}, indent=1) + "\n")
     return 0

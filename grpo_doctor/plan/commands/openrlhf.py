@@ -16,7 +16,7 @@ from __future__ import annotations
 from grpo_doctor.plan.commands.argv import SplitCommand
 from grpo_doctor.plan.commands.common import Hardware, Settings
 from grpo_doctor.plan.commands.flags import PlanCommandError, check_known, parse_flags
-from grpo_doctor.plan.job import COLOCATE, SEPARATE, WHOLE_SEQUENCE, Job, Spelling
+from grpo_doctor.plan.job import COLOCATE, FUSED, SEPARATE, Job, Spelling
 
 SPELLING = Spelling(
     names={
@@ -63,7 +63,7 @@ def read_openrlhf(cmd: SplitCommand, hw: Hardware) -> Job:
         max_prompt_len=s.number("prompt_max_len", 1024), max_completion_len=s.number("generate_max_len", 1024),
         reference_model=kl > 0 and not lora and (colocate_all or s.switch("colocate_actor_ref", False)),
         reference_offload=s.switch("ref_reward_offload", False),
-        logits_positions=WHOLE_SEQUENCE, logprob_positions=WHOLE_SEQUENCE, logits_fp32=False,
+        logprob_style=FUSED,
         engine="vllm" if engines else "hf", placement=placement if engines else SEPARATE, engine_gpus_per_node=engine_gpus,
         engine_tp=tp, engine_memory_fraction=s.number("vllm_gpu_memory_utilization", 0.95, float),
         engine_max_model_len=s.number("max_len", None),

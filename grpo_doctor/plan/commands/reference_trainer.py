@@ -13,7 +13,7 @@ from grpo_doctor.plan.commands.argv import SplitCommand
 from grpo_doctor.plan.commands.common import Hardware, Settings
 from grpo_doctor.plan.commands.flags import parse_flags
 from grpo_doctor.plan.commands.placement import gpus_of_node
-from grpo_doctor.plan.job import COLOCATE, COMPLETION_ONLY, NO_ENGINE, WHOLE_SEQUENCE, Job, Spelling
+from grpo_doctor.plan.job import COLOCATE, NO_ENGINE, SLICED_FP32, Job, Spelling
 
 PROMPT_TOKENS = 16
 SPELLING = Spelling(names={"engine_memory_fraction": "vllm-gpu-memory-utilization", "micro_batch": "per-device-batch",
@@ -34,7 +34,7 @@ def read_reference_trainer(cmd: SplitCommand, hw: Hardware) -> Job:
         dtype_bytes=4, zero_stage=(s.number("zero_stage", 2) if deepspeed else 0),
         micro_batch=s.number("per_device_batch", 4), max_prompt_len=PROMPT_TOKENS,
         max_completion_len=s.number("max_new_tokens", 8), reference_model=s.number("beta", 0.04, float) > 0,
-        logits_positions=WHOLE_SEQUENCE, logprob_positions=COMPLETION_ONLY, logits_fp32=True,
+        logprob_style=SLICED_FP32,
         engine="vllm" if vllm else "hf", placement=COLOCATE if vllm else NO_ENGINE,
         engine_memory_fraction=s.number("vllm_gpu_memory_utilization", 0.3, float),
         spelling=SPELLING,

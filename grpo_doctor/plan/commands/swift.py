@@ -17,7 +17,7 @@ from grpo_doctor.plan.commands.common import Hardware, Settings
 from grpo_doctor.plan.commands.config_files import deepspeed_settings
 from grpo_doctor.plan.commands.flags import PlanCommandError, check_known, parse_flags
 from grpo_doctor.plan.commands.placement import gpus_of_node
-from grpo_doctor.plan.job import COLOCATE, COMPLETION_ONLY, LAST_GPUS, NO_ENGINE, SEPARATE, Job, Spelling
+from grpo_doctor.plan.job import COLOCATE, KEPT_ROWWISE, LAST_GPUS, NO_ENGINE, SEPARATE, Job, Spelling
 
 SPELLING = Spelling(
     names={
@@ -74,7 +74,7 @@ def read_swift(cmd: SplitCommand, hw: Hardware) -> Job:
         max_prompt_len=s.number("max_length", 512, say="prompts of 512 tokens (no --max_length)"),
         max_completion_len=s.number("max_completion_length", 512),
         reference_model=beta > 0 and train_type == "full" and not s.has("ref_model_offload"),
-        logits_positions=COMPLETION_ONLY, logprob_positions=COMPLETION_ONLY, logits_fp32=False,
+        logprob_style=KEPT_ROWWISE,
         engine="vllm" if use_vllm else "hf", placement=placement, engine_gpus_per_node=engine_gpus,
         engine_tp=s.number("vllm_tensor_parallel_size", None) or s.number("tensor_parallel_size", 1),
         engine_memory_fraction=s.number("vllm_gpu_memory_utilization", 0.9, float),

@@ -25,7 +25,7 @@ from grpo_doctor.plan.commands.config_files import (
 )
 from grpo_doctor.plan.commands.flags import PlanCommandError, check_known, normal, parse_flags
 from grpo_doctor.plan.commands.placement import gpus_of_node
-from grpo_doctor.plan.job import COLOCATE, COMPLETION_ONLY, NO_ENGINE, SEPARATE, Job, Spelling
+from grpo_doctor.plan.job import COLOCATE, KEPT_ROWWISE, NO_ENGINE, SEPARATE, Job, Spelling
 
 SPELLING = Spelling(
     names={
@@ -74,7 +74,7 @@ def read_trl(cmd: SplitCommand, hw: Hardware, base_dir: Path | None = None) -> J
         micro_batch=s.number("per_device_train_batch_size", 8),
         max_prompt_len=prompt, max_completion_len=s.number("max_completion_length", 512),
         reference_model=beta > 0 and train_type == "full",
-        logits_positions=COMPLETION_ONLY, logprob_positions=COMPLETION_ONLY, logits_fp32=False,
+        logprob_style=KEPT_ROWWISE,
         engine="vllm" if use_vllm else "hf", placement=placement, engine_gpus_per_node=0,
         engine_tp=s.number("vllm_tensor_parallel_size", 1),
         engine_memory_fraction=s.number("vllm_gpu_memory_utilization", 0.3, float),

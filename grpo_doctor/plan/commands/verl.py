@@ -17,7 +17,7 @@ from __future__ import annotations
 from grpo_doctor.plan.commands.argv import SplitCommand
 from grpo_doctor.plan.commands.common import Hardware, Settings
 from grpo_doctor.plan.commands.flags import PlanCommandError, check_known
-from grpo_doctor.plan.job import COLOCATE, WHOLE_SEQUENCE, Job, Spelling
+from grpo_doctor.plan.job import COLOCATE, FUSED, Job, Spelling
 
 A = "actor_rollout_ref."
 SPELLING = Spelling(
@@ -84,7 +84,7 @@ def read_verl(cmd: SplitCommand, hw: Hardware) -> Job:
         max_prompt_len=prompt, max_completion_len=response,
         reference_model=use_kl and not lora_rank,
         reference_offload=s.switch(A + "ref.fsdp_config.param_offload", False),
-        logits_positions=WHOLE_SEQUENCE, logprob_positions=WHOLE_SEQUENCE, logits_chunked=True,
+        logprob_style=FUSED,
         engine=s.text(A + "rollout.name", "vllm"), placement=COLOCATE,
         engine_tp=s.number(A + "rollout.tensor_model_parallel_size", 2,
                            say="rollout.tensor_model_parallel_size=2 (verl's default)"),
