@@ -163,11 +163,13 @@ def _trainer_parts(job: Job, shape: ModelShape, phase: str) -> dict[str, int]:
         parts = {"policy weights": states.weights_bytes, "reference model": states.reference_bytes,
                  "CUDA context": CUDA_CONTEXT_BYTES}
         return {name: value for name, value in parts.items() if value}
-    offloaded = phase == "generation" and job.trainer_offload_in_rollout
+    # Offloading while generating makes room for an engine; the policy that generates itself stays.
+    in_rollout = phase == "generation" and job.placement != NO_ENGINE
+    offloaded = in_rollout and job.trainer_offload_in_rollout
     parts = {
         "policy weights": 0 if offloaded else states.weights_bytes,
         "reference model": 0 if offloaded else states.reference_bytes,
-        "optimizer states": 0 if phase == "generation" and job.optimizer_offload_in_rollout else states.optimizer_bytes,
+        "optimizer states": 0 if in_rollout and job.optimizer_offload_in_rollout else states.optimizer_bytes,
     }
     if phase in ("backward", "step"):
         parts["gradients"] = states.gradients_bytes
@@ -185,6 +187,11 @@ def _trainer_parts(job: Job, shape: ModelShape, phase: str) -> dict[str, int]:
         batch = job.micro_batch
         full_heads = 2 * shape.layers * shape.kv_heads * shape.head_dim * job.dtype_bytes
         parts["generation KV cache"] = batch * job.tokens_per_sequence * full_heads
+        if job.zero_stage == 3 and not job.fsdp and job.gather_for_generate:
+            # TRL and ms-swift gather every ZeRO-3 shard before HF generate (ds3_gather_for_generation,
+            # true by default): the whole 16-bit policy sits on each GPU while it generates.
+            parts["ZeRO-3 gathered for generate"] = max(0, int(shape.total_params * job.dtype_bytes)
+                                                        - parts["policy weights"])
     fragmentation = FRAGMENTATION_EXPANDABLE if job.expandable_segments else FRAGMENTATION
     parts["fragmentation headroom"] = int(fragmentation * sum(parts.values()))
     parts["CUDA context"] = CUDA_CONTEXT_BYTES

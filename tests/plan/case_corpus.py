@@ -76,7 +76,8 @@ def run_case(case: dict) -> CaseResult:
         return CaseResult(case, None, f"no config.json for {case.get('model')}")
     if memory is None or not case.get("command"):
         return CaseResult(case, None, "no GPU size or no command in the source")
-    env = {k: v for k, v in (case.get("env") or {}).items() if "$" not in v}  # shell variables stay unknown
+    env = {k: _expand(v, case) for k, v in (case.get("env") or {}).items()}
+    env = {k: v for k, v in env.items() if "$" not in v}  # a shell variable the source never sets stays unknown
     hw = Hardware(gpus_per_node=case.get("gpus_per_node"), nodes=case.get("nodes"), gpu_memory_bytes=memory,
                   model=case.get("model"), strict_flags=False)
     with tempfile.TemporaryDirectory() as tmp:
@@ -86,10 +87,19 @@ def run_case(case: dict) -> CaseResult:
                 (base / name).parent.mkdir(parents=True, exist_ok=True)
                 (base / name).write_text(text, encoding="utf-8")
         try:
-            job = job_from_command(case["command"], hw, env=env, base_dir=base)
+            job = job_from_command(_expand(case["command"], case), hw, env=env, base_dir=base)
             return CaseResult(case, plan_job(job, config), None)
         except DoctorError as exc:
             return CaseResult(case, None, f"cannot plan: {exc}")
+
+
+def _expand(text: str, case: dict) -> str:
+    """The shell variables the source's own script sets (`shell_vars`), put in as the shell would."""
+    for name, value in sorted((case.get("shell_vars") or {}).items(), key=lambda kv: -len(kv[0])):
+        text = text.replace(name if name.startswith("$") else f"${{{name}}}", value)
+        if not name.startswith("$"):
+            text = re.sub(rf"\${name}(?![A-Za-z0-9_])", lambda _: value, text)
+    return text
 
 
 def agreement_table(results: list[CaseResult]) -> str:

@@ -71,6 +71,7 @@ def read_trl(cmd: SplitCommand, hw: Hardware, base_dir: Path | None = None) -> J
         dtype_bytes=2, zero_stage=zero.stage, fsdp=zero.fsdp, offload_optimizer=zero.offload_optimizer,
         offload_params=zero.offload_params, zero_sub_group_size=zero.sub_group_size,
         gradient_checkpointing=s.switch("gradient_checkpointing", True),
+        gather_for_generate=s.switch("ds3_gather_for_generation", True),
         micro_batch=s.number("per_device_train_batch_size", 8),
         max_prompt_len=prompt, max_completion_len=s.number("max_completion_length", 512),
         reference_model=beta > 0 and train_type == "full",

@@ -39,9 +39,14 @@ SPELLING = Spelling(
 
 
 def hydra_overrides(args: tuple[str, ...]) -> dict[str, str]:
+    """key=value overrides; Hydra's own options (--config-name=X) under their names with the dashes."""
     overrides = {}
     for word in args:
         if word.startswith("$") and "=" not in word:  # a script's "$@": its own arguments, unknown here
+            continue
+        if word.startswith("--"):
+            name, _, value = word.partition("=")
+            overrides[name] = value.strip("'\"")
             continue
         key, eq, value = word.partition("=")
         if not eq:
@@ -52,8 +57,14 @@ def hydra_overrides(args: tuple[str, ...]) -> dict[str, str]:
 
 def read_verl(cmd: SplitCommand, hw: Hardware) -> Job:
     overrides = hydra_overrides(cmd.args)
+    config_name = overrides.pop("--config-name", "") or overrides.pop("-cn", "")
+    overrides.pop("--config-path", None)
+    if "megatron" in config_name or any(".megatron." in key for key in overrides):
+        raise PlanCommandError("verl with Megatron workers (ppo_megatron_trainer): the plan models verl's FSDP "
+                               "workers only")
     if hw.strict_flags:
-        check_known({k: v for k, v in overrides.items() if not k.startswith("+")}, ("verl",), "verl.trainer.main_ppo")
+        check_known({k: v for k, v in overrides.items() if not k.startswith(("+", "--"))}, ("verl",),
+                    "verl.trainer.main_ppo")
     s = Settings({k.lstrip("+"): v for k, v in overrides.items()}, "verl")
     model = hw.model or s.text(A + "model.path")
     if not model:
