@@ -98,7 +98,7 @@ def _expand(text: str, case: dict) -> str:
     for name, value in sorted((case.get("shell_vars") or {}).items(), key=lambda kv: -len(kv[0])):
         text = text.replace(name if name.startswith("$") else f"${{{name}}}", value)
         if not name.startswith("$"):
-            text = re.sub(rf"\${name}(?![A-Za-z0-9_])", lambda _: value, text)
+            text = re.sub(rf"\${name}(?![A-Za-z0-9_])", lambda _, v=value: v, text)
     return text
 
 
