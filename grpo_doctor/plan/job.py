@@ -75,6 +75,7 @@ class Job:
     offload_params: bool = False  # ZeRO-3 / FSDP parameters on the CPU
     zero_sub_group_size: int = 1_000_000_000  # ZeRO-3 steps the optimizer this many parameters at a time
     gradient_checkpointing: bool = False
+    eager_attention: bool = False  # attention probabilities materialised (B x heads x S x S per layer)
     gather_for_generate: bool = True  # ZeRO-3: every shard gathered before HF generate (ds3_gather_for_generation)
     micro_batch: int = 1  # sequences per forward/backward on one GPU
     logprob_micro_batch: int | None = None  # sequences per no-grad log-prob pass (None: micro_batch)

@@ -161,7 +161,8 @@ def load_model_shape(model: str, config_path: str | Path | None = None) -> Model
 
 
 def find_config(model: str) -> Path | None:
-    """A local directory or file, else the newest snapshot of the hub id in the local cache."""
+    """A local directory or file, else the newest snapshot of the hub id in the local Hugging Face cache,
+    else ModelScope's cache."""
     local = Path(model).expanduser()
     if local.is_file():
         return local
@@ -176,6 +177,11 @@ def find_config(model: str) -> Path | None:
             if snapshots.is_dir() else []
         if found:
             return found[0]
+    for root in _modelscope_caches():  # ms-swift's default hub keeps plain directories
+        for candidate in (root / "models" / model / "config.json", root / model / "config.json",
+                          root / "models" / model.replace(".", "___") / "config.json"):
+            if candidate.is_file():
+                return candidate
     return None
 
 
@@ -184,5 +190,11 @@ def _hub_caches() -> list[Path]:
     if os.environ.get("HF_HOME"):
         caches.append(str(Path(os.environ["HF_HOME"]) / "hub"))
     caches.append(str(Path.home() / ".cache" / "huggingface" / "hub"))
-    # ModelScope (ms-swift's default hub) keeps plain directories: ~/.cache/modelscope/hub/<org>/<name>
     return [Path(c) for c in caches if c]
+
+
+def _modelscope_caches() -> list[Path]:
+    """ModelScope's cache: MODELSCOPE_CACHE, else ~/.cache/modelscope/hub (<org>/<name>, or models/<org>/<name>
+    in newer releases; a dot in a name is written ___)."""
+    roots = [os.environ.get("MODELSCOPE_CACHE"), str(Path.home() / ".cache" / "modelscope" / "hub")]
+    return [Path(r) for r in roots if r]

@@ -136,12 +136,21 @@ def activation_bytes(shape: ModelShape, job: Job) -> int:
     tokens = job.micro_batch * job.tokens_per_sequence
     layer = (HIDDEN_COEFF * shape.hidden + INTERMEDIATE_COEFF * _mlp_width(shape)) * job.dtype_bytes
     ends = ENDS_COEFF * shape.hidden * job.dtype_bytes
+    # Eager attention keeps each layer's attention probabilities and makes an fp32 softmax on the way.
+    scores = _attention_probabilities_bytes(shape, job, job.micro_batch)
+    scores_temp = scores * FP32_BYTES // job.dtype_bytes
     if not job.gradient_checkpointing:
-        return int(tokens * (shape.layers * layer + ends))
+        return int(tokens * (shape.layers * layer + ends) + shape.layers * scores + scores_temp)
     kept = tokens * (shape.layers * CHECKPOINT_COEFF * shape.hidden * job.dtype_bytes + ends)
     # The logits' backward (logits_bytes) comes first; the recomputed layer only adds what exceeds it.
-    recompute = tokens * layer - logits_bytes(shape, job, training=True)
+    recompute = tokens * layer + scores + scores_temp - logits_bytes(shape, job, training=True)
     return int(kept + max(0, recompute))
+
+
+def _attention_probabilities_bytes(shape: ModelShape, job: Job, batch: int) -> int:
+    if not job.eager_attention:
+        return 0  # FlashAttention / SDPA never hold the S x S matrix
+    return batch * shape.heads * job.tokens_per_sequence ** 2 * job.dtype_bytes
 
 
 def logits_bytes(shape: ModelShape, job: Job, training: bool) -> int:
@@ -183,7 +192,8 @@ def inference_activation_bytes(shape: ModelShape, job: Job) -> int:
     """A no-grad forward keeps one layer's temporaries at a time."""
     batch = job.logprob_micro_batch or job.micro_batch
     per_layer = (4 * shape.hidden + 3 * _mlp_width(shape)) * job.dtype_bytes
-    return int(batch * job.tokens_per_sequence * per_layer)
+    scores = _attention_probabilities_bytes(shape, job, batch)
+    return int(batch * job.tokens_per_sequence * per_layer + scores * (1 + FP32_BYTES // job.dtype_bytes))
 
 
 def _mlp_width(shape: ModelShape) -> int:

@@ -132,3 +132,13 @@ def test_the_installed_command_runs_the_plan(qwen2, tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 1, done.stderr
     assert json.loads((tmp_path / "plan.json").read_text())["fits"] is False
+
+
+def test_a_hub_id_is_found_in_the_local_hugging_face_cache_never_downloaded(capsys, qwen2, tmp_path, monkeypatch):
+    snapshot = tmp_path / "hub" / "models--Org--Cached-7B" / "snapshots" / "0123abc"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text((qwen2 / "config.json").read_text())
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("NPROC_PER_NODE", "8")
+    status, out, _ = plan(capsys, "--gpu-memory", "80GiB", "--json", "--", *SWIFT, "--model", "Org/Cached-7B")
+    assert status == 1 and json.loads(out)["model"]["config"] == str(snapshot / "config.json")

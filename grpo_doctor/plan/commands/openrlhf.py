@@ -58,6 +58,7 @@ def read_openrlhf(cmd: SplitCommand, hw: Hardware) -> Job:
         train_type=("qlora" if s.switch("load_in_4bit", False) else "lora") if lora else "full", lora_rank=lora or 8,
         zero_stage=s.number("zero_stage", 2), offload_optimizer=s.switch("adam_offload", False),
         gradient_checkpointing=s.switch("gradient_checkpointing", False),
+        eager_attention=not s.switch("flash_attn", False),  # OpenRLHF: eager unless --flash_attn
         micro_batch=s.number("micro_train_batch_size", 8),
         logprob_micro_batch=s.number("micro_rollout_batch_size", 8),
         max_prompt_len=s.number("prompt_max_len", 1024), max_completion_len=s.number("generate_max_len", 1024),

@@ -71,6 +71,7 @@ def read_swift(cmd: SplitCommand, hw: Hardware) -> Job:
         zero_sub_group_size=ds.sub_group_size if ds else 1_000_000_000,
         gradient_checkpointing=s.switch("gradient_checkpointing", True),
         gather_for_generate=s.switch("ds3_gather_for_generation", True),
+        eager_attention=s.text("attn_impl") == "eager",
         micro_batch=s.number("per_device_train_batch_size", 1),
         max_prompt_len=s.number("max_length", 512, say="prompts of 512 tokens (no --max_length)"),
         max_completion_len=s.number("max_completion_length", 512),

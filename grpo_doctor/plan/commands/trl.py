@@ -72,6 +72,7 @@ def read_trl(cmd: SplitCommand, hw: Hardware, base_dir: Path | None = None) -> J
         offload_params=zero.offload_params, zero_sub_group_size=zero.sub_group_size,
         gradient_checkpointing=s.switch("gradient_checkpointing", True),
         gather_for_generate=s.switch("ds3_gather_for_generation", True),
+        eager_attention=s.text("attn_implementation") == "eager",
         micro_batch=s.number("per_device_train_batch_size", 8),
         max_prompt_len=prompt, max_completion_len=s.number("max_completion_length", 512),
         reference_model=beta > 0 and train_type == "full",
