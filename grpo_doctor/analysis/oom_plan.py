@@ -28,7 +28,9 @@ def plan_for_oom(memory_plans: dict[str, dict], command: tuple[str, ...], total_
     try:
         job = job_from_command(command, Hardware(None, None, int(total_bytes), strict_flags=False), env={})
         result = plan_job(job)
-    except DoctorError:
+    except DoctorError:  # no config.json on this machine, a command the plan cannot read: no quote
+        return None
+    except Exception:  # the quote is an extra: a planner bug must not cost the user the OOM finding
         return None
     return _quote(plan_dict(result.plan, result.fixes), "planned from run.json's command with the OOM's GPU size")
 

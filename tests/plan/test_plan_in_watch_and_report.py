@@ -11,6 +11,7 @@ Typical use:
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -60,3 +61,16 @@ def test_the_reports_cuda_oom_finding_quotes_the_plan_and_its_fix(watched_oom):
     assert plan["fix"] in oom["hints"][0]
     html = (run / "report.html").read_text()
     assert 'id="memory-plan"' in html and "plan-seg" in html
+
+
+def test_without_watchs_plan_the_report_plans_run_jsons_command_with_the_ooms_gpu_size(watched_oom, tmp_path):
+    _, run = watched_oom
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    for plan in copy.glob("supervisor/*/plan.json"):
+        plan.unlink()
+    done = subprocess.run([CLI, "report", str(copy), "--json"], capture_output=True, text=True, timeout=300)
+    oom = next(f for f in json.loads(done.stdout)["findings"] if f["id"] == "cuda-oom")
+    plan = oom["evidence"]["plan"]
+    assert plan["source"] == "planned from run.json's command with the OOM's GPU size"
+    assert plan["fits"] is False and plan["fix"] in oom["hints"][0]
