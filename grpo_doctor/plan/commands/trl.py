@@ -2,9 +2,10 @@
 
 TRL scripts parse GRPOConfig (with transformers' TrainingArguments), ModelConfig and their own
 ScriptArguments from flags or from `--config grpo.yaml`; flags win over the YAML. DeepSpeed / FSDP
-come from the accelerate config file or `--deepspeed ds.json`. Defaults are those of TRL 0.20 and
-later (vllm_mode colocate, vllm_gpu_memory_utilization 0.3, gradient_checkpointing true, beta 0,
-per_device_train_batch_size 8); older TRL defaulted to a vLLM server and beta 0.04: state them as flags.
+come from the accelerate config file or `--deepspeed ds.json`. Defaults are those of TRL 1.x and
+later (vllm_mode colocate from 1.0, vllm_gpu_memory_utilization 0.3 from 0.18, gradient_checkpointing
+true from 0.22, beta 0 from 0.19, per_device_train_batch_size 8); older TRL defaulted to a vLLM server
+and beta 0.04: state them as flags. Each default used is printed as an assumption.
 TRL asks the model for the completion's logits only (logits_to_keep) and takes the log-softmax row
 by row in bf16 (selective_log_softmax), so no fp32 copy of the logits is made.
 
@@ -62,7 +63,8 @@ def read_trl(cmd: SplitCommand, hw: Hardware, base_dir: Path | None = None) -> J
     train_type = ("qlora" if s.switch("load_in_4bit", False) else "lora") if peft else "full"
     beta = s.number("beta", 0.0, float, say="beta 0 (TRL's default since 0.19): no reference model")
     use_vllm = s.switch("use_vllm", False)
-    mode = s.text("vllm_mode", "colocate") if use_vllm else None
+    mode = s.text("vllm_mode", "colocate", say="vllm_mode colocate (TRL 1.x's default; 0.18-0.29 defaulted to server)") \
+        if use_vllm else None
     placement = NO_ENGINE if not use_vllm else (SEPARATE if mode == "server" else COLOCATE)
     prompt = s.number("max_prompt_length", 512, say="prompts of 512 tokens (no --max_prompt_length)")
     job = Job(
@@ -70,10 +72,12 @@ def read_trl(cmd: SplitCommand, hw: Hardware, base_dir: Path | None = None) -> J
         train_gpus_per_node=trainers, train_type=train_type, lora_rank=s.number("lora_r", 16),
         dtype_bytes=2, zero_stage=zero.stage, fsdp=zero.fsdp, offload_optimizer=zero.offload_optimizer,
         offload_params=zero.offload_params, zero_sub_group_size=zero.sub_group_size,
-        gradient_checkpointing=s.switch("gradient_checkpointing", True),
+        gradient_checkpointing=s.switch("gradient_checkpointing", True,
+                                        say="gradient_checkpointing true (TRL's default from 0.22)"),
         gather_for_generate=s.switch("ds3_gather_for_generation", True),
         eager_attention=s.text("attn_implementation") == "eager",
-        micro_batch=s.number("per_device_train_batch_size", 8),
+        micro_batch=s.number("per_device_train_batch_size", 8,
+                             say="per_device_train_batch_size 8 (transformers' default)"),
         max_prompt_len=prompt, max_completion_len=s.number("max_completion_length", 512),
         reference_model=beta > 0 and train_type == "full",
         logprob_style=KEPT_ROWWISE,
