@@ -89,26 +89,50 @@ def read_memory_plan(path: Path, warnings: list[str]) -> dict | None:
     return data
 
 
+MAX_PLAN_BYTES = 2**50  # a part or a GPU larger than this is no GPU's
+
+
 def _plan_shape_problem(data: object) -> str | None:
     if not isinstance(data, dict) or not isinstance(data.get("fits"), bool):
         return "no fits: true/false"
     if not isinstance(data.get("verdict"), str) or not isinstance(data.get("fixes"), list):
         return "no verdict or fixes"
+    if not isinstance(data.get("assumptions", []), list):
+        return "assumptions not a list"
+    worst = data.get("worst_gpu")
+    if not isinstance(worst, dict) or not _sizes(worst.get("peak_bytes"), abs(worst.get("free_bytes") or 0)) \
+            or not isinstance(worst.get("gpus"), list):
+        return "no worst_gpu with peak_bytes, free_bytes and gpus"
     gpus = data.get("gpus")
     if not isinstance(gpus, list) or not gpus:
         return "no gpus"
     for gpu in gpus:
-        phases = gpu.get("phases") if isinstance(gpu, dict) else None
-        if not isinstance(phases, dict) or not all(
-                isinstance(p, dict) and isinstance(p.get("parts"), dict)
-                and all(isinstance(v, int) and not isinstance(v, bool) for v in p["parts"].values())
-                for p in phases.values()):
-            return "a GPU without phases of parts in bytes"
-        if not isinstance(gpu.get("capacity_bytes"), int) or not isinstance(gpu.get("gpus"), list):
-            return "a GPU without capacity_bytes or gpus"
-    if not all(isinstance(f, dict) and isinstance(f.get("flag"), str) for f in data["fixes"]):
-        return "a fix without a flag"
+        problem = _gpu_problem(gpu)
+        if problem:
+            return problem
+    for fix in data["fixes"]:
+        if not isinstance(fix, dict) or not isinstance(fix.get("flag"), str) or not _sizes(fix.get("frees_bytes", 0)):
+            return "a fix without a flag or a size it frees"
     return None
+
+
+def _gpu_problem(gpu: object) -> str | None:
+    phases = gpu.get("phases") if isinstance(gpu, dict) else None
+    if not isinstance(phases, dict) or not phases:
+        return "a GPU without phases"
+    for phase in phases.values():
+        parts = phase.get("parts") if isinstance(phase, dict) else None
+        if not isinstance(parts, dict) or not all(isinstance(k, str) and _sizes(v) for k, v in parts.items()):
+            return "a phase without parts in bytes"
+    if gpu.get("peak_phase") not in phases:
+        return "a peak_phase that is not one of the phases"
+    if not _sizes(gpu.get("capacity_bytes")) or not gpu["capacity_bytes"] or not isinstance(gpu.get("gpus"), list):
+        return "a GPU without capacity_bytes or gpus"
+    return None
+
+
+def _sizes(*values: object) -> bool:
+    return all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < MAX_PLAN_BYTES for v in values)
 
 
 _UNREAD = object()

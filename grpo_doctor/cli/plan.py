@@ -20,6 +20,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from grpo_doctor.cli.errors import UserError
+from grpo_doctor.logs.terminal_text import terminal_safe
 from grpo_doctor.plan.commands import job_from_command
 from grpo_doctor.plan.commands.common import Hardware
 from grpo_doctor.plan.job import GIB, Job
@@ -58,9 +59,15 @@ def run(args) -> int:
     result = make_plan(args)
     data = plan_dict(result.plan, result.fixes)
     if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "plan.json").write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    print(json.dumps(data, indent=2) if args.json else format_plan(result.plan, result.fixes))
+        try:
+            args.out.mkdir(parents=True, exist_ok=True)
+            (args.out / "plan.json").write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+        except OSError as exc:
+            raise UserError(f"cannot write {args.out / 'plan.json'}: {exc.strerror or exc}",
+                            "give --out a directory you can write") from None
+    # Names from the command and the model's config reach the terminal: escape sequences stay text.
+    text = json.dumps(data, indent=2) if args.json else format_plan(result.plan, result.fixes)
+    print("\n".join(terminal_safe(line) for line in text.splitlines()))
     return 0 if result.plan.fits else 1
 
 
@@ -73,7 +80,9 @@ def make_plan(args) -> PlanResult:
         job = job_from_command(args.launch, hw)
     elif args.model:
         job = Job(framework="flags", model=args.model, gpu_memory_bytes=memory, gpus_per_node=gpus or 8,
-                  nodes=args.nodes or 1)
+                  nodes=args.nodes or 1).assume(
+            "no launch command: a generic job with the plan's defaults (full training, no DeepSpeed, micro-batch 1, "
+            "512-token prompts and completions, vLLM colocated at 0.9); change them with --set")
     else:
         raise UserError("nothing to plan: give the launch command after --, or --model with --set SETTING=VALUE",
                         "e.g. grpo-doctor plan --gpu-memory 80GiB -- swift rlhf --rlhf_type grpo --model ...")

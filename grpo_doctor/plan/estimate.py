@@ -22,7 +22,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from grpo_doctor.plan.engine_memory import NON_TORCH_BYTES, EngineMemory, engine_memory
-from grpo_doctor.plan.job import COLOCATE, GIB, LAST_GPUS, NO_ENGINE, SEPARATE, Job
+from grpo_doctor.plan.job import (
+    COLOCATE,
+    FUSED,
+    GIB,
+    KEPT_ROWWISE,
+    LAST_GPUS,
+    NO_ENGINE,
+    SEPARATE,
+    SLICED_FP32,
+    Job,
+)
 from grpo_doctor.plan.model_shape import ModelShape
 from grpo_doctor.plan.trainer_memory import (
     activation_bytes,
@@ -100,10 +110,12 @@ def estimate(job: Job, shape: ModelShape) -> Plan:
     return Plan(job, shape, plans, engine, problems)
 
 
+MAX_GPUS_PER_NODE = 1024  # beyond any real node: a typo (or bytes given as a count), not a plan
+
+
 def check_settings(job: Job) -> None:
-    """Settings no GPU count can satisfy: one line naming the setting."""
-    if job.gpus_per_node < 1 or job.nodes < 1:
-        raise PlanSettingError(f"{job.gpus_per_node} GPUs per node on {job.nodes} nodes: need at least one of each")
+    """Settings no GPU can satisfy, or that no framework takes: one line naming the setting."""
+    _check_ranges(job)
     if job.trainers_per_node > job.gpus_per_node:
         raise PlanSettingError(f"{job.trainers_per_node} training processes per node but only {job.gpus_per_node} GPUs")
     if job.placement == NO_ENGINE:
@@ -120,8 +132,38 @@ def check_settings(job: Job) -> None:
     if job.placement == SEPARATE and job.trainers_per_node + job.engine_gpus_per_node > job.gpus_per_node:
         raise PlanSettingError(f"{job.trainers_per_node} training GPUs + {job.engine_gpus_per_node} vLLM GPUs per node "
                                f"exceed the node's {job.gpus_per_node}")
+
+
+def _check_ranges(job: Job) -> None:
+    counts = {"gpus_per_node": job.gpus_per_node, "nodes": job.nodes, "train_gpus_per_node": job.trainers_per_node,
+              "micro_batch": job.micro_batch, "logprob_micro_batch": job.logprob_micro_batch or 1,
+              "max_prompt_len": job.max_prompt_len, "max_completion_len": job.max_completion_len,
+              "engine_max_model_len": job.engine_max_model_len or 1, "engine_max_num_seqs": job.engine_max_num_seqs,
+              "engine_tp": job.engine_tp, "lora_rank": job.lora_rank, "zero_sub_group_size": job.zero_sub_group_size}
+    for setting, value in counts.items():
+        if not isinstance(value, int) or value < 1:
+            raise PlanSettingError(f"{_named(job, setting)} {value!r}: must be a whole number, at least 1")
+    if job.gpus_per_node > MAX_GPUS_PER_NODE:
+        raise PlanSettingError(f"{job.gpus_per_node} GPUs per node: more than any node has ({MAX_GPUS_PER_NODE})")
+    if not 0 < job.gpu_memory_bytes < 2**44:
+        raise PlanSettingError(f"GPU memory of {job.gpu_memory_bytes} bytes: not a GPU's size (pass e.g. 80GiB)")
     if not 0 < job.engine_memory_fraction <= 1:
-        raise PlanSettingError(f"vLLM gpu_memory_utilization {job.engine_memory_fraction:g} is not in (0, 1]")
+        raise PlanSettingError(f"{_named(job, 'engine_memory_fraction')} {job.engine_memory_fraction:g} is not in (0, 1]")
+    choices = {"zero_stage": (0, 1, 2, 3), "sleep_level": (0, 1, 2), "dtype_bytes": (1, 2, 4),
+               "placement": (COLOCATE, SEPARATE, LAST_GPUS, NO_ENGINE), "train_type": ("full", "lora", "qlora"),
+               "logprob_style": (SLICED_FP32, KEPT_ROWWISE, FUSED)}
+    for setting, allowed in choices.items():
+        if getattr(job, setting) not in allowed:
+            raise PlanSettingError(f"{_named(job, setting)} {getattr(job, setting)!r}: must be one of "
+                                   + ", ".join(map(str, allowed)))
+
+
+def _named(job: Job, setting: str) -> str:
+    """The user's own flag for a setting where the framework has one."""
+    flag = job.spelling.names.get(setting)
+    if flag is None:
+        return setting
+    return flag[1:] if flag.startswith("$") else (flag if job.spelling.style.startswith("{name}") else f"--{flag}")
 
 
 def _trains(job: Job, gpu: int) -> bool:

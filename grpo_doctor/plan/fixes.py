@@ -60,8 +60,10 @@ def rank_fixes(plan: Plan) -> list[Fix]:
         freed = _excess(plan) - _excess(after)
         if freed <= 0 and not (plan.problems and not after.problems):
             continue
+        note = plan.job.spelling.notes.get(candidate.setting)
+        why = f"{candidate.why} ({note})" if note else candidate.why
         fixes.append(Fix(_flag(plan.job, candidate), candidate.setting, candidate.value, candidate.cost,
-                         candidate.why, int(freed), after.fits, job))
+                         why, int(freed), after.fits, job))
     fixes.sort(key=lambda f: (COSTS.index(f.cost), not f.fits, -f.frees_bytes))
     if plan.fits or any(f.fits for f in fixes):
         return fixes
@@ -75,9 +77,10 @@ def _excess(plan: Plan) -> int:
 
 def _combine(plan: Plan, fixes: list[Fix]) -> Fix | None:
     job, used = plan.job, []
+    sleeps = any(f.setting == "sleep_level" for f in fixes if f.cost != COSTS[-1])
     for fix in fixes:
-        if fix.cost == COSTS[-1]:
-            continue
+        if fix.cost == COSTS[-1] or (sleeps and fix.setting == "expandable_segments"):
+            continue  # the experiment stays as asked; sleep mode and expandable segments do not mix
         job = job.with_changes(**{k: getattr(fix.job, k) for k in _changed(plan.job, fix.job)})
         used.append(fix)
         after = estimate(job, plan.shape)
@@ -94,11 +97,7 @@ def _changed(before: Job, after: Job) -> list[str]:
 
 def _flag(job: Job, candidate: _Candidate) -> str:
     text = job.spelling.flag(candidate.setting, candidate.value)
-    if text is None:
-        return f"{candidate.setting}={candidate.value}"
-    if candidate.setting == "micro_batch":
-        text += " (with twice the gradient accumulation steps: the same batch per optimizer step)"
-    return text
+    return f"{candidate.setting}={candidate.value}" if text is None else text
 
 
 def _candidates(plan: Plan) -> Iterator[_Candidate]:
@@ -111,7 +110,8 @@ def _candidates(plan: Plan) -> Iterator[_Candidate]:
 
 
 def _expandable(plan: Plan, job: Job, shares: bool) -> _Candidate | None:
-    if job.expandable_segments:
+    # vLLM's sleep mode allocates through its own CuMem pool, which expandable segments break.
+    if job.expandable_segments or job.sleep_level > 0:
         return None
     return _Candidate("expandable_segments", True, {"expandable_segments": True}, "none",
                       "the caching allocator grows segments in place: less memory lost to fragmentation")
@@ -168,7 +168,8 @@ def _micro_batch(plan: Plan, job: Job, shares: bool) -> _Candidate | None:
         return None
     half = job.micro_batch // 2
     return _Candidate("micro_batch", half, {"micro_batch": half}, "medium",
-                      "half the activations and logits per forward; more, smaller steps")
+                      "half the activations and logits per forward; double the gradient accumulation steps to "
+                      "keep the batch per optimizer step")
 
 
 def _zero3(plan: Plan, job: Job, shares: bool) -> _Candidate | None:

@@ -38,6 +38,7 @@ class Spelling:
     style: str = "--{name} {value}"  # verl: "{name}={value}"; a name "$VAR" is an environment variable
     names: dict[str, str] = field(default_factory=dict)  # setting -> the framework's flag / key
     values: dict[str, dict[str, str]] = field(default_factory=dict)  # setting -> {our value: their text}
+    notes: dict[str, str] = field(default_factory=dict)  # setting -> what the flag needs besides itself
 
     def flag(self, setting: str, value: object) -> str | None:
         name = self.names.get(setting)

@@ -21,6 +21,8 @@ from pathlib import Path
 
 from grpo_doctor.schema.errors import DoctorError
 
+MAX_CONFIG_BYTES = 2**20  # a config.json is a few KB
+
 
 class ModelConfigError(DoctorError):
     hint = "pass --model-config PATH/config.json (the planner reads the model's config.json; it never downloads)"
@@ -111,7 +113,16 @@ class ModelShape:
 
 def shape_from_config(config: dict, name: str, source: str) -> ModelShape:
     """A ModelShape from a parsed config.json (multimodal configs: their `text_config`)."""
+    try:
+        return _shape_from_config(config, name, source)
+    except (TypeError, ValueError, AttributeError, OverflowError) as exc:  # a value of the wrong type
+        raise ModelConfigError(f"{source}: not a decoder config.json this planner reads ({exc})") from None
+
+
+def _shape_from_config(config: dict, name: str, source: str) -> ModelShape:
     cfg = config.get("text_config") or config.get("llm_config") or config
+    if not isinstance(cfg, dict):
+        raise ModelConfigError(f"{source}: text_config is not an object")
     try:
         hidden = int(cfg["hidden_size"])
         heads = int(cfg["num_attention_heads"])
@@ -120,16 +131,23 @@ def shape_from_config(config: dict, name: str, source: str) -> ModelShape:
         intermediate = int(cfg.get("intermediate_size") or 4 * hidden)
     except (KeyError, TypeError, ValueError) as exc:
         raise ModelConfigError(f"{source}: not a decoder config.json this planner reads (missing or bad {exc})") from None
+    for key, value in (("hidden_size", hidden), ("num_attention_heads", heads), ("num_hidden_layers", layers),
+                       ("vocab_size", vocab), ("intermediate_size", intermediate)):
+        if not 0 < value < 10**7:
+            raise ModelConfigError(f"{source}: {key} {value} is not a size a model has")
     model_type = str(cfg.get("model_type") or config.get("model_type") or "unknown")
     experts = int(cfg.get("num_experts") or cfg.get("num_local_experts") or cfg.get("n_routed_experts") or 0)
     shared = cfg.get("shared_expert_intermediate_size")
     if shared is None and cfg.get("n_shared_experts"):
         shared = int(cfg["n_shared_experts"]) * int(cfg.get("moe_intermediate_size") or intermediate)
+    kv_heads = int(cfg.get("num_key_value_heads") or heads)
+    head_dim = int(cfg.get("head_dim") or hidden // heads)
+    if not 0 < kv_heads <= heads or head_dim < 1:
+        raise ModelConfigError(f"{source}: {kv_heads} key-value heads of {head_dim} for {heads} attention heads")
     return ModelShape(
         name=name, source=source, model_type=model_type, hidden=hidden, layers=layers,
         intermediate=intermediate, vocab=vocab, heads=heads,
-        kv_heads=int(cfg.get("num_key_value_heads") or heads),
-        head_dim=int(cfg.get("head_dim") or hidden // heads),
+        kv_heads=kv_heads, head_dim=head_dim,
         tied_embeddings=bool(cfg.get("tie_word_embeddings", config.get("tie_word_embeddings", False))),
         # Qwen2 / Qwen2-MoE put biases on q, k, v; Llama and Qwen3 say attention_bias (default false).
         attention_bias=bool(cfg.get("attention_bias", model_type in ("qwen2", "qwen2_moe", "qwen2_vl",
@@ -152,8 +170,10 @@ def load_model_shape(model: str, config_path: str | Path | None = None) -> Model
     if path.is_dir():
         path = path / "config.json"
     try:
+        if path.stat().st_size > MAX_CONFIG_BYTES:
+            raise ModelConfigError(f"{path}: {path.stat().st_size:,} bytes, too large to be a model's config.json")
         config = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise ModelConfigError(f"cannot read model config {path}: {exc}") from None
     if not isinstance(config, dict):
         raise ModelConfigError(f"cannot read model config {path}: not a JSON object")

@@ -24,6 +24,8 @@ def parse_size(text: str, flag: str = "--gpu-memory") -> int:
     match = _SIZE.match(text or "")
     if not match:
         raise SizeError(f"{flag} {text!r} is not a size")
+    if match.group(2) is None and float(match.group(1)) > 4096:
+        raise SizeError(f"{flag} {text!r}: no unit, and too large for GiB")
     size = int(float(match.group(1)) * _UNITS[(match.group(2) or "GiB").lower()])
     if size <= 0:
         raise SizeError(f"{flag} {text!r} must be more than zero")

@@ -162,8 +162,8 @@ def logits_bytes(shape: ModelShape, job: Job, training: bool) -> int:
     makes two more fp32 tensors of the same size.
     kept-rowwise (TRL, ms-swift): the completion's logits, their scaled copy, the row-by-row log_softmax
     outputs in bf16; backward adds two tensors of that size.
-    fused (verl, OpenRLHF): the whole sequence's logits go into a chunked cross-entropy; backward writes
-    their gradient into one buffer the size of the logits.
+    fused (verl, OpenRLHF): the whole sequence's logits go into flash-attn's chunked cross-entropy, whose
+    backward writes the gradient in place of the logits.
     Then, in every style, the lm_head's backward holds the gradient of all the logits it returned and
     its weight's new gradient (measured: the peak of the fp32 large-vocabulary settings).
     """
@@ -176,15 +176,17 @@ def logits_bytes(shape: ModelShape, job: Job, training: bool) -> int:
         forward = max(sequence * w + completion * w, completion * (w + upcast + FP32_BYTES))
         backward = 3 * completion * FP32_BYTES
         returned = sequence
-    elif job.logprob_style == FUSED:
-        forward, backward, returned = sequence * w, 2 * sequence * w, sequence
+    elif job.logprob_style == FUSED:  # flash-attn's cross-entropy writes its gradient in place of the logits
+        forward, backward, returned = sequence * w, sequence * w, sequence
     else:
         forward, backward, returned = 2 * completion * w, 3 * completion * w, completion
     if not training:
         return int(forward)
     # The lm_head's backward: the gradient of every logit it returned, beside the new gradient of its
-    # weight (vocab x hidden; under accumulation a temporary added into the existing one).
-    lm_head = returned * w + shape.vocab * shape.hidden * w
+    # weight (vocab x hidden; under accumulation a temporary added into the existing one; LoRA leaves
+    # the lm_head frozen).
+    weight_grad = shape.vocab * shape.hidden * w if job.train_type == "full" else 0
+    lm_head = returned * w + weight_grad
     return int(max(forward, backward, lm_head))
 
 

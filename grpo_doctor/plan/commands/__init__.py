@@ -8,7 +8,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from grpo_doctor.plan.commands.argv import split_command
+from grpo_doctor.plan.commands.argv import SplitCommand, split_command
 from grpo_doctor.plan.commands.common import Hardware
 from grpo_doctor.plan.commands.flags import PlanCommandError
 from grpo_doctor.plan.commands.openrlhf import read_openrlhf
@@ -25,29 +25,33 @@ FRAMEWORKS = "ms-swift (swift rlhf), TRL scripts (accelerate launch / torchrun s
 def job_from_command(argv: str | list[str] | tuple[str, ...], hw: Hardware, env: dict[str, str] | None = None,
                      base_dir: Path | None = None) -> Job:
     cmd = split_command(argv, env)
-    program = cmd.program
-    if program.startswith("swift "):
-        job = read_swift(cmd, hw)
-    elif program.startswith("verl.trainer"):
-        job = read_verl(cmd, hw)
-    elif program.startswith("openrlhf.cli.train_ppo"):
-        job = read_openrlhf(cmd, hw)
-    elif program.startswith("grpo_doctor_trainer"):
-        job = read_reference_trainer(cmd, hw)
-    elif program.endswith(".py") or cmd.launcher == "accelerate" or program.startswith("trl"):
-        job = read_trl(cmd, hw, base_dir)
-    elif not program:
-        raise PlanCommandError("no command after --: give the launch command, e.g. grpo-doctor plan -- swift rlhf ...")
-    else:
-        raise PlanCommandError(f"cannot tell which framework {program!r} is; the plan reads {FRAMEWORKS}")
+    reader = _reader_for(cmd)
+    if reader is None:
+        if not cmd.program:
+            raise PlanCommandError("no command after --: give the launch command, e.g. grpo-doctor plan -- swift rlhf ...")
+        raise PlanCommandError(f"cannot tell which framework {cmd.program!r} is; the plan reads {FRAMEWORKS}")
+    job = read_trl(cmd, hw, base_dir) if reader is read_trl else reader(cmd, hw)
     return job.with_changes(command=tuple(shlex.split(argv) if isinstance(argv, str) else argv))
 
 
 def recognised(argv: list[str] | tuple[str, ...]) -> bool:
     """Whether `job_from_command` knows the command's framework (watch plans only those)."""
     try:
-        program = split_command(argv, {}).program
-    except ValueError:
+        return _reader_for(split_command(argv, {})) is not None
+    except PlanCommandError:
         return False
-    return program.startswith(("swift rlhf", "verl.trainer", "openrlhf.cli.train_ppo", "grpo_doctor_trainer")) or \
-        program.endswith(".py")
+
+
+def _reader_for(cmd: SplitCommand):
+    program = cmd.program
+    if program.startswith("swift "):
+        return read_swift
+    if program.startswith("verl.trainer"):
+        return read_verl
+    if program.startswith("openrlhf.cli.train_ppo"):
+        return read_openrlhf
+    if program.startswith("grpo_doctor_trainer"):
+        return read_reference_trainer
+    if program.endswith(".py") or (cmd.launcher == "accelerate" and program) or program == "trl":
+        return read_trl
+    return None

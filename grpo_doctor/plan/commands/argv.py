@@ -17,8 +17,9 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
-from grpo_doctor.plan.commands.flags import parse_flags
+from grpo_doctor.plan.commands.flags import PlanCommandError, parse_flags
 
+ALL_GPUS = -1  # torchrun --nproc-per-node gpu / auto: one process per GPU of the node
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 _PYTHON = re.compile(r"^(.*/)?python(3(\.\d+)?)?$")
 
@@ -36,9 +37,12 @@ class SplitCommand:
 
 
 def split_command(argv: str | list[str] | tuple[str, ...], env: dict[str, str] | None = None) -> SplitCommand:
-    words = shlex.split(argv) if isinstance(argv, str) else list(argv)
-    if len(words) == 1 and " " in words[0]:  # a whole command line given as one word
-        words = shlex.split(words[0])
+    try:
+        words = shlex.split(argv) if isinstance(argv, str) else list(argv)
+        if len(words) == 1 and " " in words[0]:  # a whole command line given as one word
+            words = shlex.split(words[0])
+    except ValueError as exc:  # an unbalanced quote
+        raise PlanCommandError(f"cannot read the command as a shell would: {exc}") from None
     words = _first_command(words)
     merged = dict(env if env is not None else os.environ)
     launcher, procs, nodes, accel_cfg, ds_cfg = None, None, None, None, None
@@ -53,7 +57,8 @@ def split_command(argv: str | list[str] | tuple[str, ...], env: dict[str, str] |
         elif word in ("torchrun",) or word.endswith("/torchrun"):
             flags, words = _launcher_flags(words[1:], "torchrun")
             launcher = "torchrun"
-            procs = _int(flags.get("nproc_per_node") or flags.get("nproc-per-node"), procs)
+            nproc = flags.get("nproc_per_node") or flags.get("nproc-per-node")
+            procs = ALL_GPUS if nproc in ("gpu", "auto") else _int(nproc, procs)
             nodes = _nodes(flags.get("nnodes"), nodes)
         elif word == "accelerate" and len(words) > 1 and words[1] == "launch":
             flags, words = _launcher_flags(words[2:], "accelerate_launch")

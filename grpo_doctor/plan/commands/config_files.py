@@ -84,11 +84,18 @@ def _resolve(value: str, base_dir: Path | None) -> Path:
     return path
 
 
+MAX_CONFIG_BYTES = 2**20  # DeepSpeed / accelerate / GRPOConfig files are a few KB; watch plans before the job starts
+
+
 def _read_mapping(path: Path) -> dict:
     try:
+        if path.stat().st_size > MAX_CONFIG_BYTES:
+            raise PlanCommandError(f"{path}: {path.stat().st_size:,} bytes, too large to be a config file")
         text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+    except OSError as exc:
         raise PlanCommandError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise PlanCommandError(f"cannot read {path}: not UTF-8 text") from None
     try:
         if path.suffix.lower() in (".yaml", ".yml"):
             import yaml  # only for YAML configs: the JSON path needs nothing beyond the stdlib

@@ -14,6 +14,7 @@ Typical use:
 from __future__ import annotations
 
 import difflib
+import math
 from functools import cache
 from importlib import resources
 
@@ -121,6 +122,9 @@ def as_number(value: str | None, name: str, kind: type = int):
     if value is None:
         raise PlanCommandError(f"--{name} needs a value")
     try:
-        return kind(float(value)) if kind is int else kind(value)
+        number = float(value)
     except ValueError:
         raise PlanCommandError(f"--{name} {value!r} is not a number") from None
+    if not math.isfinite(number):
+        raise PlanCommandError(f"--{name} {value!r} is not a finite number")
+    return int(number) if kind is int else kind(number)

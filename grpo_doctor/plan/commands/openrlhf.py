@@ -36,9 +36,14 @@ def read_openrlhf(cmd: SplitCommand, hw: Hardware) -> Job:
     flags, _ = parse_flags(cmd.args, "openrlhf")
     if hw.strict_flags:
         check_known(flags, ("openrlhf",), "openrlhf.cli.train_ppo_ray")
-    # OpenRLHF 0.10.2 renamed its options to dotted names (--actor.num_gpus_per_node, --vllm.num_engines,
-    # --ds.zero_stage): read them under the older names too.
-    flags = {**{_older_name(k): v for k, v in flags.items() if "." in k}, **flags}
+    # OpenRLHF 0.10.2 renamed its options to dotted names: read them under the older names.
+    flags = {**{DOTTED.get(k, k): v for k, v in flags.items() if "." in k}, **flags}
+    if "max_len" in flags and "generate_max_len" in flags and "prompt_max_len" not in flags:
+        # 0.10.2's data.max_len is prompt + response; the older flags gave the prompt's own cap.
+        try:
+            flags["prompt_max_len"] = str(max(1, int(flags["max_len"]) - int(flags["generate_max_len"])))
+        except (TypeError, ValueError):
+            pass
     s = Settings(flags, "openrlhf")
     model = hw.model or s.text("pretrain")
     if not model:
@@ -58,7 +63,7 @@ def read_openrlhf(cmd: SplitCommand, hw: Hardware) -> Job:
         train_type=("qlora" if s.switch("load_in_4bit", False) else "lora") if lora else "full", lora_rank=lora or 8,
         zero_stage=s.number("zero_stage", 2), offload_optimizer=s.switch("adam_offload", False),
         gradient_checkpointing=s.switch("gradient_checkpointing", False),
-        eager_attention=not s.switch("flash_attn", False),  # OpenRLHF: eager unless --flash_attn
+        eager_attention=_eager(s),
         micro_batch=s.number("micro_train_batch_size", 8),
         logprob_micro_batch=s.number("micro_rollout_batch_size", 8),
         max_prompt_len=s.number("prompt_max_len", 1024), max_completion_len=s.number("generate_max_len", 1024),
@@ -77,5 +82,28 @@ def read_openrlhf(cmd: SplitCommand, hw: Hardware) -> Job:
     return job.assume(*s.assumed)
 
 
-def _older_name(name: str) -> str:
-    return name.removeprefix("ds.").replace(".", "_")
+def _eager(s: Settings) -> bool:
+    """--attn_implementation (0.9+, FlashAttention-2 by default); before it, eager unless --flash_attn."""
+    if s.has("attn_implementation"):
+        return s.text("attn_implementation") == "eager"
+    if s.has("flash_attn"):
+        return False
+    s.assumed.append("attention: flash_attention_2 (OpenRLHF's default from 0.9; older releases ran eager "
+                     "attention unless --flash_attn)")
+    return False
+
+
+# OpenRLHF 0.10.2's dotted options and the names they had before (openrlhf/cli/train_ppo_ray.py, v0.11.0).
+DOTTED = {
+    "actor.model_name_or_path": "pretrain", "actor.num_nodes": "actor_num_nodes",
+    "actor.num_gpus_per_node": "actor_num_gpus_per_node", "ref.num_nodes": "ref_num_nodes",
+    "ref.num_gpus_per_node": "ref_num_gpus_per_node", "train.colocate_all": "colocate_all_models",
+    "train.colocate_actor_ref": "colocate_actor_ref", "vllm.num_engines": "vllm_num_engines",
+    "vllm.tensor_parallel_size": "vllm_tensor_parallel_size", "vllm.gpu_memory_utilization": "vllm_gpu_memory_utilization",
+    "vllm.enable_sleep": "vllm_enable_sleep", "vllm.enforce_eager": "enforce_eager",
+    "ds.enable_sleep": "deepspeed_enable_sleep", "ds.zero_stage": "zero_stage", "ds.adam_offload": "adam_offload",
+    "ds.attn_implementation": "attn_implementation", "ds.load_in_4bit": "load_in_4bit", "ds.lora.rank": "lora_rank",
+    "ds.ref_reward_offload": "ref_reward_offload", "actor.gradient_checkpointing_enable": "gradient_checkpointing",
+    "train.micro_batch_size": "micro_train_batch_size", "rollout.micro_batch_size": "micro_rollout_batch_size",
+    "data.max_len": "max_len", "rollout.max_new_tokens": "generate_max_len", "algo.kl.init_coef": "init_kl_coef",
+}

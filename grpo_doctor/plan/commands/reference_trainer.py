@@ -9,7 +9,7 @@ Typical use:
 """
 from __future__ import annotations
 
-from grpo_doctor.plan.commands.argv import SplitCommand
+from grpo_doctor.plan.commands.argv import ALL_GPUS, SplitCommand
 from grpo_doctor.plan.commands.common import Hardware, Settings
 from grpo_doctor.plan.commands.flags import parse_flags
 from grpo_doctor.plan.commands.placement import gpus_of_node
@@ -30,7 +30,7 @@ def read_reference_trainer(cmd: SplitCommand, hw: Hardware) -> Job:
     vllm = s.text("rollout", "hf") == "vllm"
     job = Job(
         framework="grpo-doctor-trainer", model=hw.model or s.text("model", "tiny"), gpu_memory_bytes=hw.gpu_memory_bytes,
-        gpus_per_node=gpus, nodes=hw.nodes or cmd.nodes or 1, train_gpus_per_node=cmd.procs_per_node or 1,
+        gpus_per_node=gpus, nodes=hw.nodes or cmd.nodes or 1, train_gpus_per_node=gpus if cmd.procs_per_node == ALL_GPUS else (cmd.procs_per_node or 1),
         dtype_bytes=4, zero_stage=(s.number("zero_stage", 2) if deepspeed else 0),
         micro_batch=s.number("per_device_batch", 4), max_prompt_len=PROMPT_TOKENS,
         max_completion_len=s.number("max_new_tokens", 8), reference_model=s.number("beta", 0.04, float) > 0,

@@ -39,8 +39,10 @@ def read_swift(cmd: SplitCommand, hw: Hardware) -> Job:
     if hw.strict_flags:
         check_known(flags, ("ms_swift", "ms_swift_3"), "swift rlhf")
     s = Settings(flags, "ms-swift")
+    if cmd.program != "swift rlhf":
+        raise PlanCommandError(f"{cmd.program}: grpo-doctor plan models GRPO jobs (swift rlhf --rlhf_type grpo)")
     rlhf_type = s.text("rlhf_type", "dpo")
-    if cmd.program == "swift rlhf" and rlhf_type != "grpo":
+    if rlhf_type != "grpo":
         raise PlanCommandError(f"swift rlhf --rlhf_type {rlhf_type}: grpo-doctor plan models GRPO jobs (--rlhf_type grpo)")
     model = hw.model or s.text("model") or s.text("model_id_or_path")
     if not model:
@@ -51,8 +53,8 @@ def read_swift(cmd: SplitCommand, hw: Hardware) -> Job:
     assumed = [gpu_note] if gpu_note else []
     if procs is None:
         assumed.append("NPROC_PER_NODE unset: ms-swift runs a single training process")
-    trainers = int(procs) if procs and procs.isdigit() else 1
-    nodes = hw.nodes or int(env.get("NNODES", "1") or 1)
+    trainers = _env_count(env, "NPROC_PER_NODE", 1)
+    nodes = hw.nodes or _env_count(env, "NNODES", 1)
     # ms-swift 4 calls it --tuner_type; 3.x --train_type
     train_type = s.text("tuner_type") or s.text("train_type", "lora", say="--train_type lora (ms-swift's default)")
     if train_type == "lora" and s.number("quant_bits", None) == 4:
@@ -78,7 +80,7 @@ def read_swift(cmd: SplitCommand, hw: Hardware) -> Job:
         reference_model=beta > 0 and train_type == "full" and not s.has("ref_model_offload"),
         logprob_style=KEPT_ROWWISE,
         engine="vllm" if use_vllm else "hf", placement=placement, engine_gpus_per_node=engine_gpus,
-        engine_tp=s.number("vllm_tensor_parallel_size", None) or s.number("tensor_parallel_size", 1),
+        engine_tp=_first(s.number("vllm_tensor_parallel_size", None), s.number("tensor_parallel_size", 1)),
         engine_memory_fraction=s.number("vllm_gpu_memory_utilization", 0.9, float),
         engine_max_model_len=s.number("vllm_max_model_len", None),
         engine_max_num_seqs=s.number("vllm_max_num_seqs", 256),
@@ -96,6 +98,8 @@ def _placement(s: Settings, use_vllm: bool, trainers: int, gpus: int) -> tuple[s
     if not use_vllm:
         return NO_ENGINE, 0
     mode = s.text("vllm_mode")
+    if mode not in (None, "server", "colocate"):
+        raise PlanCommandError(f"--vllm_mode {mode!r}: ms-swift takes server or colocate")
     if mode == "server" or s.has("vllm_server_host", "vllm_server_base_url"):
         return SEPARATE, 0  # engines on GPUs this plan does not see
     if mode == "colocate" or s.has("num_infer_workers"):
@@ -104,3 +108,17 @@ def _placement(s: Settings, use_vllm: bool, trainers: int, gpus: int) -> tuple[s
         return LAST_GPUS, 1
     s.assumed.append("--vllm_mode colocate (ms-swift's choice with --use_vllm and no server)")
     return COLOCATE, 0
+
+
+def _env_count(env: dict[str, str], name: str, default: int) -> int:
+    value = (env.get(name) or "").strip()
+    if not value:
+        return default
+    if not value.isdigit():
+        raise PlanCommandError(f"{name}={value!r} is not a number of processes or nodes")
+    return int(value)
+
+
+def _first(value, fallback):
+    """The newer flag's value when given (0 included: check_settings names it), else the older flag's."""
+    return fallback if value is None else value

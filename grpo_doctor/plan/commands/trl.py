@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from grpo_doctor.plan.commands.argv import SplitCommand
+from grpo_doctor.plan.commands.argv import ALL_GPUS, SplitCommand
 from grpo_doctor.plan.commands.common import Hardware, Settings
 from grpo_doctor.plan.commands.config_files import (
     ZeroSettings,
@@ -37,9 +37,11 @@ SPELLING = Spelling(
         "expandable_segments": "$PYTORCH_CUDA_ALLOC_CONF",
     },
     values={"sleep_level": {"1": "true", "2": "true"},
-            "zero_stage": {"3": "ds_zero3.json (a DeepSpeed config with zero_optimization.stage 3)"},
-            "offload_optimizer": {"true": "ds_zero3_offload.json (zero_optimization.offload_optimizer.device cpu)"},
+            "zero_stage": {"3": "ds_zero3.json"},
+            "offload_optimizer": {"true": "ds_zero3_offload.json"},
             "expandable_segments": {"true": "expandable_segments:True"}},
+    notes={"zero_stage": "ds_zero3.json: a DeepSpeed config with zero_optimization.stage 3",
+           "offload_optimizer": "ds_zero3_offload.json: zero_optimization.stage 3 with offload_optimizer.device cpu"},
 )
 
 
@@ -56,13 +58,17 @@ def read_trl(cmd: SplitCommand, hw: Hardware, base_dir: Path | None = None) -> J
         raise PlanCommandError(f"{cmd.program}: no --model_name_or_path; name the model (grpo-doctor plan --model)")
     zero = _zero(cmd, s, base_dir)
     gpus, gpu_note = gpus_of_node(hw, cmd.env)
-    # The launcher's flag wins over its config file, as accelerate reads them.
-    trainers = cmd.procs_per_node or (zero.procs // (zero.nodes or 1) if zero.procs else None) or gpus
+    # The launcher's flag wins over its config file, as accelerate reads them; accelerate and the deepspeed
+    # launcher use every GPU by default, plain python and torchrun one process.
+    trainers = (gpus if cmd.procs_per_node == ALL_GPUS else cmd.procs_per_node) or (zero.procs // (zero.nodes or 1) if zero.procs else None) or \
+        (gpus if cmd.launcher in ("accelerate", "deepspeed") else 1)
     nodes = hw.nodes or cmd.nodes or zero.nodes or 1
     peft = s.switch("use_peft", False)
     train_type = ("qlora" if s.switch("load_in_4bit", False) else "lora") if peft else "full"
     beta = s.number("beta", 0.0, float, say="beta 0 (TRL's default since 0.19): no reference model")
     use_vllm = s.switch("use_vllm", False)
+    if s.text("vllm_mode") not in (None, "server", "colocate"):
+        raise PlanCommandError(f"--vllm_mode {s.text('vllm_mode')!r}: TRL takes server or colocate")
     mode = s.text("vllm_mode", "colocate", say="vllm_mode colocate (TRL 1.x's default; 0.18-0.29 defaulted to server)") \
         if use_vllm else None
     placement = NO_ENGINE if not use_vllm else (SEPARATE if mode == "server" else COLOCATE)

@@ -69,7 +69,10 @@ def read_verl(cmd: SplitCommand, hw: Hardware) -> Job:
     model = hw.model or s.text(A + "model.path")
     if not model:
         raise PlanCommandError("verl command without actor_rollout_ref.model.path=...; name the model")
-    gpus = hw.gpus_per_node or s.number("trainer.n_gpus_per_node", 8, say="trainer.n_gpus_per_node=8 (verl's default)")
+    # verl places its workers on trainer.n_gpus_per_node GPUs of each node, whatever the node has.
+    gpus = s.number("trainer.n_gpus_per_node", None)
+    if gpus is None:
+        gpus = hw.gpus_per_node or s.number("trainer.n_gpus_per_node", 8, say="trainer.n_gpus_per_node=8 (verl's default)")
     lora_rank = s.number(A + "model.lora_rank", 0)
     use_kl = s.switch(A + "actor.use_kl_loss", False) or s.switch("algorithm.use_kl_in_reward", False)
     param_offload = s.switch(A + "actor.fsdp_config.param_offload", False)
@@ -78,6 +81,14 @@ def read_verl(cmd: SplitCommand, hw: Hardware) -> Job:
         raise PlanCommandError("actor_rollout_ref.actor.strategy=megatron: the plan models verl's FSDP workers only")
     micro = s.number(A + "actor.ppo_micro_batch_size_per_gpu", None)
     prompt, response = s.number("data.max_prompt_length", 512), s.number("data.max_response_length", 512)
+    nodes = s.number("trainer.nnodes", None)
+    nodes = nodes if nodes is not None else (hw.nodes or 1)
+    if micro is None and s.number(A + "actor.ppo_micro_batch_size", None):
+        # verl before 0.3: a micro-batch over every GPU of the job
+        micro = max(1, s.number(A + "actor.ppo_micro_batch_size", 1) // (gpus * nodes))
+    if s.switch(A + "actor.use_dynamic_bsz", False):  # micro-batches packed up to a token budget per GPU
+        budget = s.number(A + "actor.ppo_max_token_len_per_gpu", 16384)
+        micro = max(1, budget // (prompt + response))
     if micro is None:
         max_tokens = s.number(A + "actor.ppo_max_token_len_per_gpu", None)
         micro = max(1, max_tokens // (prompt + response)) if max_tokens else 1
@@ -85,13 +96,14 @@ def read_verl(cmd: SplitCommand, hw: Hardware) -> Job:
             s.assumed.append("micro-batch of 1 sequence (no actor.ppo_micro_batch_size_per_gpu)")
     job = Job(
         framework="verl", model=model, gpu_memory_bytes=hw.gpu_memory_bytes, gpus_per_node=gpus,
-        nodes=hw.nodes or s.number("trainer.nnodes", 1), train_type="lora" if lora_rank else "full",
+        nodes=nodes, train_type="lora" if lora_rank else "full",
         lora_rank=lora_rank or 8, fsdp=True, zero_stage=3,
         offload_optimizer=s.switch(A + "actor.fsdp_config.optimizer_offload", False),
         offload_params=param_offload,
         gradient_checkpointing=s.switch(A + "model.enable_gradient_checkpointing", False),
         micro_batch=micro,
-        logprob_micro_batch=s.number(A + "rollout.log_prob_micro_batch_size_per_gpu", None),
+        logprob_micro_batch=s.number(A + "rollout.log_prob_micro_batch_size_per_gpu", None)
+        or _per_gpu(s.number(A + "rollout.log_prob_micro_batch_size", None), gpus * nodes),
         max_prompt_len=prompt, max_completion_len=response,
         reference_model=use_kl and not lora_rank,
         reference_offload=s.switch(A + "ref.fsdp_config.param_offload", False),
@@ -111,3 +123,7 @@ def read_verl(cmd: SplitCommand, hw: Hardware) -> Job:
         spelling=SPELLING,
     )
     return job.assume(*s.assumed)
+
+
+def _per_gpu(total: int | None, gpus: int) -> int | None:
+    return max(1, total // gpus) if total else None
