@@ -112,6 +112,7 @@ class Evidence:
     probe: ProbeEvidence | None = None  # what `grpo-doctor probe` found before training
     memory_plans: dict[str, dict] = field(default_factory=dict)  # host -> watch's plan.json (plan/render.py)
     command: tuple[str, ...] = ()  # the launch command run.json records
+    launch_env: dict[str, str] = field(default_factory=dict)  # the variables it ran with (NPROC_PER_NODE, ...)
 
     @property
     def headers(self) -> dict[int, Header]:
@@ -168,7 +169,7 @@ def load_evidence(paths: Sequence[str | Path], read_budget_bytes: int | None = R
         if has_supervisor:
             _load_supervisor(ev, paths_in.supervisor)
         if paths_in.run_json.is_file() and not ev.command:
-            ev.command = read_run_command(paths_in.run_json, ev.warnings)
+            ev.command, ev.launch_env = read_run_command(paths_in.run_json, ev.warnings)
         if not has_ranks and not has_supervisor and not has_fr and not ranks_unreadable and not probe_files(path):
             names = _names_in(ev, path)
             if names is None:

@@ -1,8 +1,8 @@
 """The memory plan beside a CUDA OOM: what `grpo-doctor plan` says of the run's own command.
 
 watch's plan.json (made at start on the training machine, with its GPUs and model config) is
-used when there; else the command run.json records is planned here with the GPU size the OOM
-message gives. No plan (no command, a model config not on this machine) is no quote, never an error.
+used when there; else the command run.json records is planned here with the launch variables watch
+recorded beside it (NPROC_PER_NODE, NNODES, ...) and the GPU size the OOM message gives. No plan (no command, a model config not on this machine) is no quote, never an error.
 
 Typical use:
     quote = plan_for_oom(evidence, total_bytes=85_198_045_184)
@@ -19,14 +19,16 @@ from grpo_doctor.plan.render import gib, plan_dict
 from grpo_doctor.schema.errors import DoctorError
 
 
-def plan_for_oom(memory_plans: dict[str, dict], command: tuple[str, ...], total_bytes: int | None) -> dict[str, Any] | None:
+def plan_for_oom(memory_plans: dict[str, dict], command: tuple[str, ...], total_bytes: int | None,
+                 launch_env: dict[str, str] | None = None) -> dict[str, Any] | None:
     if memory_plans:
         host, data = sorted(memory_plans.items())[0]
         return _quote(data, f"watch's plan at start ({host})")
     if not command or not total_bytes or not recognised(command):
         return None
     try:
-        job = job_from_command(command, Hardware(None, None, int(total_bytes), strict_flags=False), env={})
+        job = job_from_command(command, Hardware(None, None, int(total_bytes), strict_flags=False),
+                               env=dict(launch_env or {}))
         result = plan_job(job)
     except DoctorError:  # no config.json on this machine, a command the plan cannot read: no quote
         return None

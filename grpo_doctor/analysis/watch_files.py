@@ -65,16 +65,19 @@ def read_hang_report(path: Path, warnings: list[str]) -> HangReport | None:
         return None
 
 
-def read_run_command(path: Path, warnings: list[str]) -> tuple[str, ...]:
-    """The launch command run.json records (empty when absent or unreadable: one warning)."""
+def read_run_command(path: Path, warnings: list[str]) -> tuple[tuple[str, ...], dict[str, str]]:
+    """The launch command run.json records and the launch variables the job found on its first host
+    (empty when absent or unreadable: one warning)."""
     data = _read_json(path, warnings)
     if data is _UNREAD:
-        return ()
+        return (), {}
     try:
-        return RunInfo.from_dict(data).command
+        info = RunInfo.from_dict(data)
     except FormatError as exc:
         warnings.append(f"{path}: not as watch writes it ({exc}); its command is not used")
-        return ()
+        return (), {}
+    hosts = sorted(info.hosts.items())
+    return info.command, (dict(hosts[0][1].launch_env) if hosts else {})
 
 
 def read_memory_plan(path: Path, warnings: list[str]) -> dict | None:

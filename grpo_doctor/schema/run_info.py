@@ -23,24 +23,30 @@ _str = opt(str)
 
 @dataclass(frozen=True)
 class WatchHost:
-    """One host's watch: its pid, the variables it set for the job, and how it judged hangs."""
+    """One host's watch: its pid, the variables it set for the job, the launch variables the job found
+    (what `grpo-doctor plan` reads: NPROC_PER_NODE, NNODES, ...), and how it judged hangs."""
 
     pid: int | None = None
     env_set_by_watch: dict[str, str] = field(default_factory=dict)
+    launch_env: dict[str, str] = field(default_factory=dict)
     hang_policy: dict[str, Any] = field(default_factory=dict)  # supervisor/progress.py's HangPolicy, as fields
     on_hang: str | None = None  # "report" | "kill"
     extra: dict[str, Any] = field(default_factory=dict)  # keys of other versions, kept as they were
 
     FIELDS: ClassVar[dict[str, Check]] = {"pid": opt(int), "env_set_by_watch": dict_of(_str), "hang_policy": opt(dict),
-                                          "on_hang": _str}
+                                          "on_hang": _str, "launch_env": dict_of(_str)}
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.extra, "pid": self.pid, "env_set_by_watch": dict(self.env_set_by_watch),
+        data = {**self.extra, "pid": self.pid, "env_set_by_watch": dict(self.env_set_by_watch),
                 "hang_policy": dict(self.hang_policy), "on_hang": self.on_hang}
+        if self.launch_env:  # only where watch saw launch variables: an older run.json writes back as it was
+            data["launch_env"] = dict(self.launch_env)
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> WatchHost:
         return cls(pid=data.get("pid"), env_set_by_watch=dict(data.get("env_set_by_watch") or {}),
+                   launch_env=dict(data.get("launch_env") or {}),
                    hang_policy=dict(data.get("hang_policy") or {}), on_hang=data.get("on_hang"),
                    extra={k: v for k, v in data.items() if k not in cls.FIELDS})
 

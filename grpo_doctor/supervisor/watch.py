@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from grpo_doctor._version import __version__
+from grpo_doctor.plan.commands import PLAN_ENV
 from grpo_doctor.schema import RunPaths
 from grpo_doctor.schema.ranks import format_ranks
 from grpo_doctor.schema.run_info import RunInfo, WatchHost
@@ -290,6 +291,7 @@ class Watch:
         self.files.add_host_to_run_json(RunInfo(
             command=tuple(self.opts.command), grpo_doctor_version=__version__,
             hosts={self.host: WatchHost(pid=os.getpid(), env_set_by_watch=env_added,
+                                        launch_env={k: os.environ[k] for k in PLAN_ENV if k in os.environ},
                                         hang_policy=asdict(self.opts.policy), on_hang=self.opts.on_hang)}))
 
     def _finish(self, status: int | None, exit_status: int, hang_ended: bool) -> None:

@@ -11,6 +11,7 @@ Typical use:
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -104,3 +105,27 @@ def test_a_damaged_plan_json_never_costs_the_oom_finding_and_markup_stays_text(w
     assert any(f["id"] == "cuda-oom" for f in json.loads(done.stdout)["findings"])
     html = (copy / "report.html").read_text()
     assert "<script>alert" not in html and "<img src=x" not in html
+
+
+def test_the_reports_own_plan_uses_the_launch_variables_watch_recorded(tmp_path):
+    """CASES.md case 4 as ms-swift runs it (NPROC_PER_NODE and NNODES from the environment), with no
+    plan.json: the report plans run.json's command with the variables watch kept, so the quote names
+    GPU 7, where trainer and vLLM share, not a one-process job on GPU 0."""
+    case = json.loads((Path(__file__).parents[1] / "data/plan/cases/swift-3307-qwen7b-16gpu.json").read_text())
+    model = Path(__file__).parents[1] / "data/plan/models/Qwen--Qwen2.5-7B-Instruct"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    swift = bin_dir / "swift"  # stands in for ms-swift's launcher: prints case 4's OOM and fails
+    swift.write_text(f"#!{sys.executable}\nimport sys\nprint({OOM_LINE!r}, file=sys.stderr)\nsys.exit(1)\n")
+    swift.chmod(0o755)
+    command = case["command"].replace("path/Qwen2.5-7B-Instruct", str(model)).replace("'", "").split()
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "NPROC_PER_NODE": "8", "NNODES": "2"}
+    run = tmp_path / "run"
+    subprocess.run([CLI, "watch", "--run-dir", str(run), "--no-report", "--", *command], env=env,
+                   capture_output=True, text=True, timeout=300)
+    for plan in run.glob("supervisor/*/plan.json"):  # watch had no GPU size: the report plans on its own
+        plan.unlink()
+    done = subprocess.run([CLI, "report", str(run), "--json"], capture_output=True, text=True, timeout=300)
+    oom = next(f for f in json.loads(done.stdout)["findings"] if f["id"] == "cuda-oom")
+    quote = oom["evidence"]["plan"]
+    assert quote["worst_gpus"] == [7] and "GPU 7 (trainer + vLLM) of every node" in quote["verdict"]

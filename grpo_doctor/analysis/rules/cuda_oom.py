@@ -62,7 +62,7 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
         seen.add(key)
         others = _others_bytes(fields)
         hints = _hints(fields, others, cfg)
-        plan = plan_for_oom(run.memory_plans, run.command, fields.get("total_bytes"))
+        plan = plan_for_oom(run.memory_plans, run.command, fields.get("total_bytes"), run.launch_env)
         if plan is not None:  # the number for this job first, then the general remedies
             hints = (plan_hint(plan), *hints)
         gpu = fields.get("gpu")

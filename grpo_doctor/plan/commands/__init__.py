@@ -18,6 +18,8 @@ from grpo_doctor.plan.commands.trl import read_trl
 from grpo_doctor.plan.commands.verl import read_verl
 from grpo_doctor.plan.job import Job
 
+# The environment the command readers look at (ms-swift's launch variables, the visible GPUs, the allocator).
+PLAN_ENV = ("NPROC_PER_NODE", "NNODES", "CUDA_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES", "PYTORCH_CUDA_ALLOC_CONF")
 FRAMEWORKS = "ms-swift (swift rlhf), TRL scripts (accelerate launch / torchrun script.py), verl.trainer.main_ppo, " \
              "openrlhf.cli.train_ppo_ray, grpo_doctor_trainer.train"
 
