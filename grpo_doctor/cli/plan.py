@@ -24,6 +24,7 @@ from grpo_doctor.logs.terminal_text import terminal_safe
 from grpo_doctor.plan.commands import job_from_command
 from grpo_doctor.plan.commands.common import Hardware
 from grpo_doctor.plan.job import GIB, Job
+from grpo_doctor.plan.local_gpus import local_gpus
 from grpo_doctor.plan.make import PlanResult, plan_job
 from grpo_doctor.plan.render import format_plan, plan_dict
 from grpo_doctor.plan.sizes import parse_size
@@ -72,8 +73,9 @@ def run(args) -> int:
 
 
 def make_plan(args) -> PlanResult:
-    memory, memory_note = _gpu_memory(args.gpu_memory)
-    gpus = args.gpus if args.gpus is not None else _nvml_count()
+    local_count, local_total = local_gpus()
+    memory, memory_note = _gpu_memory(args.gpu_memory, local_total)
+    gpus = args.gpus if args.gpus is not None else local_count
     hw = Hardware(gpus_per_node=gpus, nodes=args.nodes, gpu_memory_bytes=memory, model=args.model,
                   strict_flags=not args.ignore_unknown_flags)
     if args.launch:
@@ -92,36 +94,13 @@ def make_plan(args) -> PlanResult:
     return plan_job(job, args.model_config)
 
 
-def _gpu_memory(text: str | None) -> tuple[int, str | None]:
+def _gpu_memory(text: str | None, total: int | None) -> tuple[int, str | None]:
     if text:
         return parse_size(text), None
-    total = _nvml_total()
     if total is None:
         raise UserError("no GPU memory size: NVML sees no GPU on this machine and --gpu-memory is not given",
                         "pass the training GPUs' memory, e.g. --gpu-memory 80GiB --gpus 8")
     return total, f"GPU memory {total / GIB:.2f} GiB per GPU (NVML, GPU 0 of this machine)"
-
-
-def _nvml_total() -> int | None:
-    from grpo_doctor.host.nvml import Nvml, NvmlError
-
-    nvml = Nvml()
-    try:
-        if not nvml.available or nvml.device_count() < 1:
-            return None
-        return nvml.memory_bytes(0)[1]
-    except NvmlError:
-        return None
-
-
-def _nvml_count() -> int | None:
-    from grpo_doctor.host.nvml import Nvml, NvmlError
-
-    nvml = Nvml()
-    try:
-        return nvml.device_count() if nvml.available else None
-    except NvmlError:
-        return None
 
 
 def _apply_sets(job: Job, sets: list[str]) -> Job:

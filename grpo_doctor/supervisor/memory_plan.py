@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from grpo_doctor.plan.commands import job_from_command, recognised
 from grpo_doctor.plan.commands.common import Hardware
+from grpo_doctor.plan.local_gpus import local_gpus
 from grpo_doctor.plan.make import plan_job
 from grpo_doctor.plan.render import gib, plan_dict, verdict_line
 from grpo_doctor.schema.errors import DoctorError
@@ -24,9 +25,8 @@ def plan_at_start(command: list[str], env: dict[str, str],
     """Lines for the console, and the plan's JSON (None when no plan was made)."""
     if not recognised(command):
         return [], None
-    memory, gpus = gpu_memory_bytes, None
-    if memory is None:
-        memory, gpus = _nvml_memory()
+    gpus, local_total = local_gpus()
+    memory = gpu_memory_bytes if gpu_memory_bytes is not None else local_total
     if memory is None:  # no GPU here and none named: nothing to plan against, and nothing to say
         return [], None
     try:
@@ -54,15 +54,3 @@ def plan_at_start(command: list[str], env: dict[str, str],
 def job_model_is_builtin(command: list[str]) -> bool:
     """The reference trainer's default model is built in code: there is no config.json to plan from."""
     return any("grpo_doctor_trainer" in word for word in command) and "--model" not in command
-
-
-def _nvml_memory() -> tuple[int | None, int | None]:
-    from grpo_doctor.host.nvml import Nvml, NvmlError
-
-    nvml = Nvml()
-    try:
-        if not nvml.available or nvml.device_count() < 1:
-            return None, None
-        return nvml.memory_bytes(0)[1], nvml.device_count()
-    except NvmlError:
-        return None, None
