@@ -1,8 +1,9 @@
 """What every command reader starts from: the GPUs, and the model when given apart from the command.
 
 Typical use:
-    base = Hardware(gpus_per_node=8, nodes=1, gpu_memory_bytes=80 * GIB, model=None, model_config=None)
-    settings = Settings(flags, spelling)          # typed reads that remember what was assumed
+    hw = Hardware(gpus_per_node=8, nodes=1, gpu_memory_bytes=80 * GIB)
+    s = Settings(flags, "ms-swift")               # typed reads that remember what was assumed
+    s.number("per_device_train_batch_size", 1), s.switch("use_vllm", False), s.assumed
 """
 from __future__ import annotations
 
