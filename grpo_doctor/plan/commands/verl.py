@@ -122,6 +122,9 @@ def read_verl(cmd: SplitCommand, hw: Hardware) -> Job:
         expandable_segments="expandable_segments:true" in cmd.env.get("PYTORCH_CUDA_ALLOC_CONF", "").lower(),
         spelling=SPELLING,
     )
+    if s.switch(A + "model.use_remove_padding", False):
+        s.assumed.append(f"every sequence at {prompt} + {response} tokens; verl packs sequences without padding, "
+                         "so data with shorter answers needs less (--set max_completion_len=N plans typical lengths)")
     return job.assume(*s.assumed)
 
 
