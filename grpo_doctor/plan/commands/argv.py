@@ -35,6 +35,11 @@ class SplitCommand:
     accelerate_config: str | None = None
     deepspeed_config: str | None = None  # the launcher's --deepspeed_config_file
 
+    @property
+    def expandable_segments(self) -> bool:
+        """PYTORCH_CUDA_ALLOC_CONF asks the caching allocator for expandable segments (every framework)."""
+        return "expandable_segments:true" in self.env.get("PYTORCH_CUDA_ALLOC_CONF", "").lower()
+
 
 def split_command(argv: str | list[str] | tuple[str, ...], env: dict[str, str] | None = None) -> SplitCommand:
     try:

@@ -76,7 +76,7 @@ def read_openrlhf(cmd: SplitCommand, hw: Hardware) -> Job:
         sleep_level=1 if s.switch("vllm_enable_sleep", False) else 0,
         trainer_offload_in_rollout=s.switch("deepspeed_enable_sleep", False),
         optimizer_offload_in_rollout=s.switch("deepspeed_enable_sleep", False),
-        expandable_segments="expandable_segments:true" in cmd.env.get("PYTORCH_CUDA_ALLOC_CONF", "").lower(),
+        expandable_segments=cmd.expandable_segments,
         spelling=SPELLING,
     )
     return job.assume(*s.assumed)

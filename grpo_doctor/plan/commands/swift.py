@@ -88,7 +88,7 @@ def read_swift(cmd: SplitCommand, hw: Hardware) -> Job:
         sleep_level=s.number("sleep_level", 0),
         trainer_offload_in_rollout=s.switch("offload_model", False),
         optimizer_offload_in_rollout=s.switch("offload_optimizer", False),
-        expandable_segments="expandable_segments:true" in env.get("PYTORCH_CUDA_ALLOC_CONF", "").lower(),
+        expandable_segments=cmd.expandable_segments,
         spelling=SPELLING,
     )
     return job.assume(*assumed, *s.assumed)

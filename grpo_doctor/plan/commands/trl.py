@@ -92,7 +92,7 @@ def read_trl(cmd: SplitCommand, hw: Hardware, base_dir: Path | None = None) -> J
         engine_memory_fraction=s.number("vllm_gpu_memory_utilization", 0.3, float),
         engine_max_model_len=s.number("vllm_max_model_length", None),
         sleep_level=1 if s.switch("vllm_enable_sleep_mode", False) else 0,
-        expandable_segments="expandable_segments:true" in cmd.env.get("PYTORCH_CUDA_ALLOC_CONF", "").lower(),
+        expandable_segments=cmd.expandable_segments,
         spelling=SPELLING,
     )
     return job.assume(*([gpu_note] if gpu_note else []), *s.assumed)

@@ -119,7 +119,7 @@ def read_verl(cmd: SplitCommand, hw: Hardware) -> Job:
         sleep_level=1 if s.switch(A + "rollout.free_cache_engine", True) else 0,
         trainer_offload_in_rollout=param_offload,
         optimizer_offload_in_rollout=s.switch(A + "actor.fsdp_config.optimizer_offload", False),
-        expandable_segments="expandable_segments:true" in cmd.env.get("PYTORCH_CUDA_ALLOC_CONF", "").lower(),
+        expandable_segments=cmd.expandable_segments,
         spelling=SPELLING,
     )
     if s.switch(A + "model.use_remove_padding", False):
