@@ -18,6 +18,7 @@ from grpo_doctor.cli.errors import UserError
 from grpo_doctor.logs.terminal_text import terminal_safe
 from grpo_doctor.plan.sizes import parse_size
 from grpo_doctor.schema import DEFAULT_RUNS_ROOT, RUN_DIR_ENV
+from grpo_doctor.supervisor.alerts import AlertSettings, url_problem
 from grpo_doctor.supervisor.launch import LaunchError, find_executable
 from grpo_doctor.supervisor.progress import HangPolicy
 from grpo_doctor.supervisor.watch import HANG_EXIT, Watch, WatchOptions
@@ -41,6 +42,11 @@ command (ms-swift, TRL, verl, OpenRLHF) and prints a warning when it will not fi
 
 When the command ends, watch builds report.html and findings.json in the run directory (as
 `grpo-doctor report RUN_DIR` would) and prints the most severe findings; --no-report skips this.
+
+Alerts (docs/alerts.md): at a hang, and for each critical finding at the end, watch POSTs the finding
+to every --notify URL (a Slack or Mattermost incoming webhook) and runs --on-hang-exec /
+--on-finding-exec with the finding as JSON on stdin and GRPO_DOCTOR_* variables. In the background:
+a failing endpoint costs one line, and watch's exit waits at most 10 s for what is pending.
 """
 
 
@@ -72,6 +78,20 @@ def add_parser(sub) -> None:
     p.add_argument("--no-report", action="store_true", help="do not build report.html / findings.json at the end")
     p.add_argument("--gpu-memory", metavar="SIZE", default=None,
                    help="memory of one GPU (e.g. 80GiB) for the memory plan made at start, where NVML cannot say")
+    p.add_argument("--notify", action="append", default=[], metavar="URL",
+                   help="POST each alert as JSON to URL (http/https; a Slack or Mattermost incoming webhook "
+                        "takes it as it is); repeatable")
+    p.add_argument("--on-hang-exec", metavar="CMD", default=None,
+                   help="shell command run when a hang is found, after the stacks are taken: the finding as JSON "
+                        "on stdin, GRPO_DOCTOR_* variables in its environment")
+    p.add_argument("--on-finding-exec", metavar="CMD", default=None,
+                   help="shell command run for each critical finding of the report at the end, as --on-hang-exec")
+    p.add_argument("--alert-live", action="store_true",
+                   help="also alert on the first critical finding seen while the job runs (a shared sampling seed)")
+    p.add_argument("--instrument", action="store_true",
+                   help="zero-code instrumentation: every Python process of the job records its torch.distributed "
+                        "collectives and rollout calls as phases and its optimizer steps as steps, without code "
+                        "changes (docs/instrument.md)")
     p.add_argument("command", nargs="+", metavar="-- CMD", help="the launch command, after --")
     p.set_defaults(run=run)
 
@@ -82,6 +102,7 @@ def run(args) -> int:
         value = getattr(args, name)
         if value is not None and value <= 0 and not (name == "second_look" and value == 0):
             raise UserError(f"--{name.replace('_', '-')} {value} must be positive")
+    alerts = _alert_settings(args)
     # Before the run directory exists: a command that cannot start leaves nothing behind (exit 127).
     find_executable(args.command, os.environ.get("PATH"))
     run_dir = args.run_dir or Path(os.environ.get(RUN_DIR_ENV) or Path(DEFAULT_RUNS_ROOT) / time.strftime("watch-%Y%m%d-%H%M%S"))
@@ -96,14 +117,32 @@ def run(args) -> int:
         native=args.native,
         sample_interval_s=args.sample_interval,
         gpu_memory_bytes=parse_size(args.gpu_memory) if args.gpu_memory else None,
+        instrument=args.instrument,
+        alerts=alerts,
     )
     watch = Watch(opts)
     status = watch.run()  # LaunchError (127) and RunDirBusy (2) are DoctorErrors: main() prints them
-    if not args.no_report:
-        _report_at_end(run_dir)
+    built = None if args.no_report else _report_at_end(run_dir)
+    if built is not None:
+        watch.alerter.send_findings([f.to_dict() for f in built.findings.findings], built.html_path)
+    watch.alerter.close()  # a bounded wait (AlertSettings.end_wait_s)
     hang_ended = status == HANG_EXIT and opts.on_hang == "kill" and bool(watch.hangs)
     print(f"grpo-doctor: {exit_line(status, hang_ended)}", file=sys.stderr)
     return status
+
+
+def _alert_settings(args) -> AlertSettings:
+    for url in args.notify:
+        if (problem := url_problem(url)) is not None:
+            raise UserError(problem, "give the webhook's full address, e.g. --notify https://hooks.slack.com/services/...")
+    alerts = AlertSettings(notify_urls=tuple(args.notify), on_hang_exec=args.on_hang_exec,
+                           on_finding_exec=args.on_finding_exec, live=args.alert_live)
+    if args.alert_live and not (alerts.notify_urls or alerts.on_finding_exec):
+        print("grpo-doctor: --alert-live has no effect without --notify or --on-finding-exec", file=sys.stderr)
+    if args.no_report and args.on_finding_exec and not args.alert_live:
+        print("grpo-doctor: --on-finding-exec has no effect with --no-report (no findings are made at the end)",
+              file=sys.stderr)
+    return alerts
 
 
 def exit_line(status: int, hang_ended: bool) -> str:
@@ -119,9 +158,9 @@ def exit_line(status: int, hang_ended: bool) -> str:
     return f"exit status {status}: the command's own"
 
 
-def _report_at_end(run_dir: Path, num_groups: int = 2) -> None:
+def _report_at_end(run_dir: Path, num_groups: int = 2):
     """The report of what just ran, led by its root cause as `grpo-doctor report` prints it; its
-    failure is one line and never changes watch's exit status."""
+    failure is one line and never changes watch's exit status. Returns the built report (None on failure)."""
     from grpo_doctor.report.build import build_report
     from grpo_doctor.report.console import format_findings
     from grpo_doctor.report.incident_groups import group_findings
@@ -132,7 +171,7 @@ def _report_at_end(run_dir: Path, num_groups: int = 2) -> None:
     except Exception as exc:  # noqa: BLE001 - the job is over; nothing here may hide its status
         print(f"grpo-doctor: no report ({type(exc).__name__}: {terminal_safe(exc)}); try: grpo-doctor report {run_dir}",
               file=sys.stderr)
-        return
+        return None
     groups = group_findings(result.findings)
     shown = [f for g in groups[:num_groups] for f in (g.lead, *g.consequences)]
     text = format_findings(dataclasses.replace(result, findings=shown, warnings=[]))
@@ -142,3 +181,4 @@ def _report_at_end(run_dir: Path, num_groups: int = 2) -> None:
         print(f"grpo-doctor: ... and {len(result.findings) - len(shown)} more finding(s): grpo-doctor report {run_dir}",
               file=sys.stderr)
     print(f"grpo-doctor: report: {html_path}", file=sys.stderr)
+    return built

@@ -89,6 +89,7 @@ _CHILD = re.compile(r"Child process unexpectedly failed with an exit code (-?\d+
 _RAY_TASK = re.compile(r"ray::(?:([\w.-]+):)?([\w.<>]+?)\.(\w+)\(\) \(pid=(\d+), ip=([^,)\s]+)")
 _REPR_RANK = re.compile(r"repr=[^\s,()]*?\[rank=(\d+)\]")
 _FIELD = re.compile(r"\b(class_name|pid|name|ip)[:=]\s*\[?([^\s\],)]+)")
+_WORKER_PID = re.compile(r"Worker PID: (\d+)")  # the raylet's "A worker died or was killed ..." line
 _EXIT_TYPE = re.compile(r"(?:Owner )?[Ww]orker exit type: (\w+)(?: Worker exit detail: (.*?)(?: There are some| Some common|$))?")
 
 
@@ -150,6 +151,9 @@ def parse_worker_died(text: str) -> dict[str, Any] | None:
         key = {"name": "actor_name", "ip": "ip", "pid": "pid", "class_name": "class_name"}[name]
         if found.get(key) is None:
             found[key] = int(value) if key == "pid" and value.isdigit() else value
+    worker_pid = _WORKER_PID.search(text) if found.get("pid") is None else None
+    if worker_pid:
+        found["pid"] = int(worker_pid.group(1))
     rank = _REPR_RANK.search(text)
     if rank:
         found["rank"] = int(rank.group(1))

@@ -8,6 +8,7 @@ one part and read back by another, and where in a run directory it lives.
 - `ranks`: rank lists as people write them ("0-3,5")
 - `watch_files`: watch's hang reports (`HangReport`) and summary (`WatchSummary`) under supervisor/<host>/
 - `run_info`: run.json (`RunInfo`, one `WatchHost` per node's watch)
+- `cluster_env`: what the scheduler told a node (node count and id, master, job id), kept in run.json
 - `probe_results`: `grpo-doctor probe`'s node reports and collectives file, and their `Problem`s
 - `json_shapes`: the shape checks their `from_dict` make on a file read back (`FormatError`)
 - `errors`: `DoctorError`, the base of every error a user can fix (a message and a hint)

@@ -16,31 +16,40 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar
 
+from grpo_doctor.schema.cluster_env import ClusterEnv
 from grpo_doctor.schema.json_shapes import Check, check_object, dict_of, fields_problem, list_of, opt
 
 _str = opt(str)
 
 
+def _cluster(value: Any) -> bool:
+    return value is None or (type(value) is dict and fields_problem(value, ClusterEnv.FIELDS) is None)
+
+
 @dataclass(frozen=True)
 class WatchHost:
     """One host's watch: its pid, the variables it set for the job, the launch variables the job found
-    (what `grpo-doctor plan` reads: NPROC_PER_NODE, NNODES, ...), and how it judged hangs."""
+    (what `grpo-doctor plan` reads: NPROC_PER_NODE, NNODES, ...), how it judged hangs, and what the
+    scheduler told this node (node id and count, master, job id: schema/cluster_env.py)."""
 
     pid: int | None = None
     env_set_by_watch: dict[str, str] = field(default_factory=dict)
     launch_env: dict[str, str] = field(default_factory=dict)
     hang_policy: dict[str, Any] = field(default_factory=dict)  # supervisor/progress.py's HangPolicy, as fields
     on_hang: str | None = None  # "report" | "kill"
+    cluster: ClusterEnv | None = None  # None: an older watch, or no scheduler or launch variable was set
     extra: dict[str, Any] = field(default_factory=dict)  # keys of other versions, kept as they were
 
     FIELDS: ClassVar[dict[str, Check]] = {"pid": opt(int), "env_set_by_watch": dict_of(_str), "hang_policy": opt(dict),
-                                          "on_hang": _str, "launch_env": dict_of(_str)}
+                                          "on_hang": _str, "launch_env": dict_of(_str), "cluster": _cluster}
 
     def to_dict(self) -> dict[str, Any]:
         data = {**self.extra, "pid": self.pid, "env_set_by_watch": dict(self.env_set_by_watch),
                 "hang_policy": dict(self.hang_policy), "on_hang": self.on_hang}
         if self.launch_env:  # only where watch saw launch variables: an older run.json writes back as it was
             data["launch_env"] = dict(self.launch_env)
+        if self.cluster is not None:  # likewise
+            data["cluster"] = self.cluster.to_dict()
         return data
 
     @classmethod
@@ -48,6 +57,7 @@ class WatchHost:
         return cls(pid=data.get("pid"), env_set_by_watch=dict(data.get("env_set_by_watch") or {}),
                    launch_env=dict(data.get("launch_env") or {}),
                    hang_policy=dict(data.get("hang_policy") or {}), on_hang=data.get("on_hang"),
+                   cluster=ClusterEnv.from_dict(data["cluster"]) if data.get("cluster") is not None else None,
                    extra={k: v for k, v in data.items() if k not in cls.FIELDS})
 
 

@@ -129,6 +129,11 @@ class WatchPaths:
         return Path(path).name == _SIGNATURES_FILE
 
     @property
+    def alerts(self) -> Path:
+        """Every alert watch sent (webhook, command) and its outcome (supervisor/alerts.py)."""
+        return self.root / "alerts.jsonl"
+
+    @property
     def stdout_log(self) -> Path:
         return self.root / "stdout.log"
 

@@ -59,13 +59,15 @@ class HangRank:
     step: int | None = None
     idle_s: float | None = None  # since its last record
     timeout_s: float | None = None  # the stall timeout it was judged by
+    role: str | None = None  # a Ray actor's process title at the hang, "ray::PolicyWorker.train_step"
 
     FIELDS: ClassVar[dict[str, Check]] = {"pid": _int, "verdict": _str, "open_phase": _str, "step": _int,
-                                          "idle_s": _num, "timeout_s": _num}
+                                          "idle_s": _num, "timeout_s": _num, "role": _str}
 
     def to_dict(self) -> dict[str, Any]:
-        return {"pid": self.pid, "verdict": self.verdict, "open_phase": self.open_phase, "step": self.step,
-                "idle_s": self.idle_s, "timeout_s": self.timeout_s}
+        out = {"pid": self.pid, "verdict": self.verdict, "open_phase": self.open_phase, "step": self.step,
+               "idle_s": self.idle_s, "timeout_s": self.timeout_s}
+        return out | ({"role": self.role} if self.role is not None else {})  # files of older versions write back as read
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> HangRank:
@@ -78,6 +80,7 @@ HANG_FIELDS: dict[str, Check] = {
     "stack_dirs": list_of(_str), "stack_errors": by_rank(value=_str), "ptrace_denied": _bool,
     "flight_recorder_files": list_of(_str), "gpus": list_of(lambda g: type(g) is dict),
     "stacks": by_rank(value=_thread),
+    "actors": list_of(lambda a: type(a) is dict and type(a.get("pid")) is int),
 }
 
 
@@ -99,6 +102,9 @@ class HangReport:
     # rank -> its main thread at the second look, so the rules need not find the capture files (the run
     # directory may have moved); absent in files written before watch kept them.
     stacks: dict[int, ThreadStack] = field(default_factory=dict)
+    # Ray workers of the job with no rank (a rollout or reward actor outside the process group):
+    # {"pid", "role" (process title), "verdict", "where" (the stack's headline)}, one per process.
+    actors: tuple[dict[str, Any], ...] = ()
     file: str | None = None  # where it was read from; set by the reader, never written
 
     def to_dict(self) -> dict[str, Any]:
@@ -109,7 +115,7 @@ class HangReport:
             "stack_errors": str_keys(self.stack_errors), "ptrace_denied": self.ptrace_denied,
             "flight_recorder_files": list(self.flight_recorder_files), "gpus": list(self.gpus),
             "stacks": str_keys({r: thread.to_dict() for r, thread in self.stacks.items()}),
-        }
+        } | ({"actors": list(self.actors)} if self.actors else {})
 
     @classmethod
     def from_dict(cls, data: Any, file: str | None = None) -> HangReport:
@@ -124,7 +130,7 @@ class HangReport:
             stack_errors=int_keys(data.get("stack_errors")), ptrace_denied=bool(data.get("ptrace_denied")),
             flight_recorder_files=tuple(data.get("flight_recorder_files") or ()), gpus=tuple(data.get("gpus") or ()),
             stacks={r: ThreadStack.from_dict(t) for r, t in int_keys(data.get("stacks")).items() if t},
-            file=file,
+            actors=tuple(data.get("actors") or ()), file=file,
         )
 
     def ranks_with_verdict(self, verdict: str) -> tuple[int, ...]:
@@ -142,9 +148,11 @@ class WatchedRank:
     ended: str | None = None  # its end record's reason: "exit", "shutdown", "exception", "signal"
     error: str | None = None  # its last error record, "RuntimeError in rollout"
     gone: str | None = None  # how its process left without a clean end, as watch saw it
+    role: str | None = None  # a Ray actor's process title, as last seen
+    gone_t: float | None = None  # wall s when watch saw its process gone: which rank went first
 
     FIELDS: ClassVar[dict[str, Check]] = {"pid": _int, "step": _int, "open_phase": _str, "ended": _str,
-                                          "error": _str, "gone": _str}
+                                          "error": _str, "gone": _str, "role": _str, "gone_t": _num}
 
     @property
     def ended_cleanly(self) -> bool:
@@ -152,8 +160,10 @@ class WatchedRank:
         return self.ended in ("exit", "shutdown") and not self.error
 
     def to_dict(self) -> dict[str, Any]:
-        return {"pid": self.pid, "step": self.step, "open_phase": self.open_phase, "ended": self.ended,
-                "error": self.error, "gone": self.gone}
+        out = {"pid": self.pid, "step": self.step, "open_phase": self.open_phase, "ended": self.ended,
+               "error": self.error, "gone": self.gone}
+        # Written only when known, so that files of older versions write back as they were read.
+        return out | {k: v for k, v in (("role", self.role), ("gone_t", self.gone_t)) if v is not None}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> WatchedRank:

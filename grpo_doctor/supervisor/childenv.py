@@ -3,11 +3,17 @@
 A variable the user already set (under either of its names) is never overridden; what watch did
 set is returned so that run.json records it.
 
+With `instrument=True` (`watch --instrument`), the zero-code instrumentation's directory goes first
+on PYTHONPATH (the user's entries kept after it) and GRPO_DOCTOR_INSTRUMENT=1 is set: every Python
+process of the job then loads its sitecustomize (grpo_doctor/rank/auto/).
+
 Typical use:
     env, added = child_environment(os.environ, run_dir)
+    env, added = child_environment(os.environ, run_dir, instrument=True)
 """
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
 from importlib import metadata
@@ -19,10 +25,15 @@ from grpo_doctor.schema import RUN_DIR_ENV, RunPaths
 # names (kept as aliases). (old name, new name)
 BUFFER_SIZE = ("TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_FR_BUFFER_SIZE")
 DUMP_FILE = ("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "TORCH_FR_DUMP_TEMP_FILE")
+# The zero-code instrumentation (grpo_doctor/rank/auto/, a layer watch may not import): its switch, as
+# rank/auto/__init__.py spells it, and the directory holding its sitecustomize.py, found beside this
+# package (tests/rank/test_auto_instrument.py checks both).
+INSTRUMENT_ENV = "GRPO_DOCTOR_INSTRUMENT"
+INSTRUMENT_SITE_DIR = Path(__file__).resolve().parents[1] / "rank" / "auto" / "sitedir"
 
 
 def child_environment(
-    environ: Mapping[str, str], run_dir: Path, torch_version: str | None = None
+    environ: Mapping[str, str], run_dir: Path, torch_version: str | None = None, instrument: bool = False
 ) -> tuple[dict[str, str], dict[str, str]]:
     paths = RunPaths(run_dir.resolve())
     new_names = _renamed_flight_recorder(torch_version if torch_version is not None else _installed_torch())
@@ -43,6 +54,12 @@ def child_environment(
     for names, value in wanted.items():
         if not any(name in environ for name in names):
             added[names[-1] if new_names else names[0]] = value
+    if instrument:
+        # Asked for by flag, so it wins over the user's settings; their PYTHONPATH entries stay after ours.
+        site = str(INSTRUMENT_SITE_DIR)
+        user_path = [p for p in environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != site]
+        added["PYTHONPATH"] = os.pathsep.join([site, *user_path])
+        added[INSTRUMENT_ENV] = "1"
     return {**environ, **added}, added
 
 

@@ -44,8 +44,10 @@ def on_terminal() -> bool:
 
 
 class Console:
-    def __init__(self, tty: bool | None = None, plain_every_s: float = 60.0) -> None:
+    def __init__(self, tty: bool | None = None, plain_every_s: float = 60.0, node: str | None = None) -> None:
         self.tty = on_terminal() if tty is None else tty
+        # "grpo-doctor [node 1/4]: ": srun merges every node's output into one log.
+        self._prefix = f"grpo-doctor [{terminal_safe(node)}]: " if node else "grpo-doctor: "
         # Re-entrant: watch's signal handler notes on the main thread, which may be drawing the panel.
         self._lock = threading.RLock()
         self._panel: list[str] = []
@@ -66,7 +68,7 @@ class Console:
     def note(self, message: str) -> None:
         with self._lock:
             self._erase()
-            text = f"grpo-doctor: {terminal_safe(message)}\n"
+            text = f"{self._prefix}{terminal_safe(message)}\n"
             if not self._at_line_start:
                 text = "\n" + text
                 self._at_line_start = True
@@ -82,7 +84,7 @@ class Console:
                 self._draw()
             elif time.monotonic() - self._last_plain >= self._plain_every_s and rows:
                 self._last_plain = time.monotonic()
-                self._write(f"grpo-doctor: {status_line(rows)}\n")
+                self._write(f"{self._prefix}{status_line(rows)}\n")
 
     def close(self) -> None:
         with self._lock:

@@ -26,9 +26,12 @@ from grpo_doctor.checks.stack_groups import (
     describe,
     format_ranks,
     group_stacks,
+    headline,
+    is_idle_in_event_loop,
     odd_ranks,
 )
 from grpo_doctor.schema import RunPaths
+from grpo_doctor.schema.stacks import StackCapture
 from grpo_doctor.schema.watch_files import HangRank, HangReport
 from grpo_doctor.supervisor.progress import ProgressTracker
 from grpo_doctor.supervisor.stacks import capture_stacks, ptrace_denied
@@ -41,8 +44,7 @@ def hang_lines(report: HangReport) -> list[str]:
     ranks = report.ranks
     out = [f"hang on {report.host}: no progress from rank(s) {format_ranks(ranks)}"]
     if report.culprits:
-        where = "; ".join(f"rank {r} in {ranks[r].open_phase or 'no phase'} at step {ranks[r].step}"
-                          for r in report.culprits if r in ranks)
+        where = "; ".join(f"rank {r}{_role(ranks[r].role)}{_where(ranks[r])}" for r in report.culprits if r in ranks)
         out.append(f"  the others wait for: {where}")
     out += [f"  {line}" for line in report.groups]
     stuck, moving = report.ranks_with_verdict("stuck"), report.ranks_with_verdict("moving")
@@ -55,9 +57,31 @@ def hang_lines(report: HangReport) -> list[str]:
         for rank, info in sorted(ranks.items()):
             out.append(f"  rank {rank}: open phase {info.open_phase or '-'}, step {info.step}, "
                        f"{info.idle_s or 0:.0f} s without progress (from the event log)")
+    for actor in report.actors:
+        out.append(f"  Ray worker pid {actor.get('pid')} ({actor.get('role')}, no rank): {actor.get('verdict')}, "
+                   f"{actor.get('where') or 'no stack'}")
     if report.flight_recorder_files:
         out.append(f"  NCCL flight-recorder dumps: {len(report.flight_recorder_files)} file(s) in fr/")
     return out
+
+
+def _role(role: str | None) -> str:
+    return f" ({role})" if role else ""
+
+
+def _where(info: HangRank) -> str:
+    """ " in rollout at step 3", or nothing where there is no event log (uninstrumented)."""
+    if info.open_phase is None and info.step is None:
+        return ""
+    return f" in {info.open_phase or 'no phase'} at step {info.step}"
+
+
+def _actor_row(pid: int, role: str, verdict: str, capture: StackCapture | None) -> dict[str, Any]:
+    """A Ray worker with no rank at the hang; one waiting in Ray's task loop is idle, not stuck."""
+    main = capture.main_thread() if capture is not None and capture.ok else None
+    if main is not None and is_idle_in_event_loop(main):
+        verdict = "idle (waiting for a task)"
+    return {"pid": pid, "role": role, "verdict": verdict, "where": headline(main.frames) if main else None}
 
 
 def investigate(
@@ -69,13 +93,19 @@ def investigate(
     native: bool = False,
     stack_timeout_s: float = 10.0,
     gpus: list[dict[str, Any]] | None = None,
+    roles: Mapping[int, str] | None = None,
+    actors: Mapping[int, str] | None = None,
 ) -> HangReport:
+    """`roles`: rank -> Ray process title; `actors`: pid -> title of Ray workers with no rank, whose
+    stacks are taken with the ranks' (keyed by -pid, so they group with them but are never a rank)."""
+    roles, actors = roles or {}, actors or {}
     now_mono = time.monotonic()
     first_dir, second_dir = paths.hang_stacks(time.strftime("%Y%m%d-%H%M%S"))
     fr_dir = paths.flight_recorder
-    first = capture_stacks(pids, first_dir, native=native, timeout_s=stack_timeout_s)
+    targets = {**pids, **{-pid: pid for pid in actors if pid not in pids.values()}}
+    first = capture_stacks(targets, first_dir, native=native, timeout_s=stack_timeout_s)
     time.sleep(second_look_s)
-    second = capture_stacks(pids, second_dir, native=native, timeout_s=stack_timeout_s)
+    second = capture_stacks(targets, second_dir, native=native, timeout_s=stack_timeout_s)
     verdicts = compare_captures(first, second)
     groups = group_stacks(second)
     ranks: dict[int, HangRank] = {}
@@ -83,26 +113,32 @@ def investigate(
         progress = tracker.ranks.get(rank)
         verdict = verdicts.get(rank, "unknown")
         if progress is None:
-            ranks[rank] = HangRank(pid=pid, verdict=verdict)
+            ranks[rank] = HangRank(pid=pid, verdict=verdict, role=roles.get(rank))
             continue
         ranks[rank] = HangRank(
             pid=pid, verdict=verdict, open_phase=progress.open_path, step=progress.step,
             idle_s=round(now_mono - progress.seen_mono, 1) if progress.seen_mono else None,
-            timeout_s=round(tracker.timeout_s(progress), 1),
+            timeout_s=round(tracker.timeout_s(progress), 1), role=roles.get(rank),
         )
-    context = {r: f"step {info.step}" for r, info in ranks.items() if info.step is not None}
+    context = {r: f"step {info.step}" + _role(info.role) for r, info in ranks.items() if info.step is not None}
+    context.update({r: info.role for r, info in ranks.items() if info.step is None and info.role})
+    context.update({key: actors[-key] for key in targets if key < 0})
+    captured = {c.rank: c for c in second}
+    actor_rows = tuple(_actor_row(-key, actors[-key], verdicts.get(key, "unknown"), captured.get(key))
+                       for key in sorted(targets, reverse=True) if key < 0)
     return HangReport(
         host=socket.gethostname(),
         detected_t=time.time(),
         ranks=ranks,
         groups=tuple(describe(groups, rank_context=context)),
-        culprits=tuple(culprit_ranks(groups)),
-        odd_ranks=tuple(odd_ranks(groups)),
+        culprits=tuple(r for r in culprit_ranks(groups) if r >= 0),
+        odd_ranks=tuple(r for r in odd_ranks(groups) if r >= 0),
         stack_dirs=(str(first_dir), str(second_dir)),
-        stack_errors={c.rank: c.error for c in second if c.error},
+        stack_errors={c.rank: c.error for c in second if c.error and c.rank >= 0},
         ptrace_denied=ptrace_denied(second),
         flight_recorder_files=tuple(sorted(str(p.name) for p in fr_dir.glob("*"))[:MAX_FR_FILES_LISTED]
                                     if fr_dir.is_dir() else ()),
         gpus=tuple(gpus or ()),
-        stacks={c.rank: main for c in second if c.ok and (main := c.main_thread()) is not None},
+        stacks={c.rank: main for c in second if c.rank >= 0 and c.ok and (main := c.main_thread()) is not None},
+        actors=actor_rows,
     )

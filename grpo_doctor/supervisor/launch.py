@@ -123,7 +123,8 @@ class ProcessTree:
                 procs = [root, *root.children(recursive=True)]
             except psutil.Error:
                 return []
-        return [p for p in procs if p.pid not in self.outside and alive(p)]
+        # An alert command (supervisor/alerts.py) runs in its own session, led by a pid in `outside`.
+        return [p for p in procs if p.pid not in self.outside and _session(p.pid) not in self.outside and alive(p)]
 
     def forward(self, signum: int) -> None:
         """Send a signal to the launcher only (torchrun passes SIGINT/SIGTERM on to its workers)."""
@@ -173,12 +174,19 @@ class ProcessTree:
                 info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
             except ChildProcessError:
                 return
-            if info is None or info.si_pid == self.proc.pid:
-                return
+            if info is None or info.si_pid == self.proc.pid or info.si_pid in self.outside:
+                return  # the launcher's, or an alert command's, status is its Popen's to collect
             try:
                 os.waitpid(info.si_pid, os.WNOHANG)
             except ChildProcessError:
                 return
+
+
+def _session(pid: int) -> int | None:
+    try:
+        return os.getsid(pid)
+    except OSError:
+        return None
 
 
 def alive(p: psutil.Process) -> bool:

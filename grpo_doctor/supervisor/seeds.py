@@ -28,6 +28,7 @@ class SeedCheck:
         self._hosts: dict[int, str] = {}
         self._said: set[tuple[int, ...]] = set()
         self._withdrawn: set[tuple[int, ...]] = set()
+        self.collisions: list[SharedRngState] = []  # every collision said, in order (watch's live alert reads it)
 
     def feed(self, records: Iterable[object]) -> list[str]:
         """Lines to print: collisions not said before, and said ones a later audit shows apart."""
@@ -44,6 +45,7 @@ class SeedCheck:
             standing = [set(r) for r in self._said - self._withdrawn]
             if shared.diverged_at is None and not any(ranks <= said for said in standing):
                 self._said.add(shared.ranks)
+                self.collisions.append(shared)
                 lines.append(self._collision(shared))
             elif (shared.diverged_at is not None and ranks in standing
                   and not any(len(ranks & other) > 1 for other in live)):
@@ -55,6 +57,10 @@ class SeedCheck:
                              f"{GENERATOR_NAMES[shared.generator]} at the {tag!r} audit of step {step} "
                              "(the earlier match was likely taken before seeding)")
         return lines
+
+    @property
+    def hosts(self) -> dict[int, str]:
+        return dict(self._hosts)
 
     def _collision(self, shared: SharedRngState) -> str:
         return collision_line(shared, self._hosts)

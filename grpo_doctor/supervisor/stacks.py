@@ -197,7 +197,8 @@ def _error_summary(stderr: str) -> str:
 
 
 def _rank_path(out_dir: Path, rank: int, suffix: str) -> Path:
-    return out_dir / f"rank-{rank:05d}{suffix}"
+    # A process with no rank (a Ray worker outside the process group) is keyed by -pid.
+    return out_dir / (f"rank-{rank:05d}{suffix}" if rank >= 0 else f"pid-{-rank}{suffix}")
 
 
 def _pid_alive(pid: int) -> bool:

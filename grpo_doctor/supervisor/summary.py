@@ -21,15 +21,18 @@ from grpo_doctor.supervisor.progress import RankProgress
 
 
 def watched_ranks(progress: Mapping[int, RankProgress], pids: Mapping[int, int],
-                  gone: Mapping[int, str]) -> dict[int, WatchedRank]:
-    """Every rank watch followed (by its event log or its process), as it last saw it."""
+                  gone: Mapping[int, str], roles: Mapping[int, str] | None = None,
+                  gone_t: Mapping[int, float] | None = None) -> dict[int, WatchedRank]:
+    """Every rank watch followed (by its event log or its process), as it last saw it; `roles`: rank ->
+    its Ray actor's process title; `gone_t`: rank -> when its process was seen gone."""
     ranks = {}
     for rank in sorted(set(progress) | set(pids)):
         p = progress.get(rank)
         ranks[rank] = WatchedRank(
             pid=pids.get(rank) or (p.pid if p else None), step=p.step if p else None,
             open_phase=p.open_path if p else None, ended=str(p.ended) if p and p.ended is not None else None,
-            error=p.error if p else None, gone=gone.get(rank),
+            error=p.error if p else None, gone=gone.get(rank), role=(roles or {}).get(rank),
+            gone_t=(gone_t or {}).get(rank),
         )
     return ranks
 

@@ -25,11 +25,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from grpo_doctor._version import __version__
+from grpo_doctor.host.cluster_env import cluster_lines, read_cluster_env
 from grpo_doctor.plan.commands import PLAN_ENV
 from grpo_doctor.schema import RunPaths
 from grpo_doctor.schema.ranks import format_ranks
 from grpo_doctor.schema.run_info import RunInfo, WatchHost
 from grpo_doctor.schema.watch_files import HangReport
+from grpo_doctor.supervisor.alert_payload import finding_from_hang, finding_from_seed_collision
+from grpo_doctor.supervisor.alerts import Alerter, AlertSettings
 from grpo_doctor.supervisor.childenv import child_environment
 from grpo_doctor.supervisor.console import Console
 from grpo_doctor.supervisor.discovery import discover_ranks, is_alive
@@ -40,6 +43,7 @@ from grpo_doctor.supervisor.live_scan import LiveScan
 from grpo_doctor.supervisor.memory_plan import plan_at_start
 from grpo_doctor.supervisor.output import OutputTee
 from grpo_doctor.supervisor.progress import HangPolicy, ProgressTracker
+from grpo_doctor.supervisor.ray_processes import RayWorkers, actor_of
 from grpo_doctor.supervisor.run_files import RunFiles
 from grpo_doctor.supervisor.sampler import Sampler, shows_work
 from grpo_doctor.supervisor.seeds import SeedCheck
@@ -65,6 +69,8 @@ class WatchOptions:
     sample_interval_s: float = 1.0
     grace_s: float = 15.0  # between SIGTERM and SIGKILL when ending the tree
     gpu_memory_bytes: int | None = None  # for the memory plan at start where NVML is absent
+    instrument: bool = False  # --instrument: zero-code phases and steps (grpo_doctor/rank/auto/)
+    alerts: AlertSettings = field(default_factory=AlertSettings)  # --notify, --on-hang-exec, ...
 
 
 class Watch:
@@ -74,14 +80,21 @@ class Watch:
         self.host = socket.gethostname()
         self.sup_dir = self.paths.supervisor_host(self.host)
         self.watch_files = self.paths.watch_files(self.host)
-        self.console = console or Console()
+        self.cluster = read_cluster_env(os.environ)  # recorded in run.json; the job's environment is untouched
+        self.console = console or Console(node=self.cluster.label)
         self.tracker = ProgressTracker(self.paths, opts.policy)
         self.seeds = SeedCheck()
         self.files = RunFiles(self.paths, self.sup_dir, note=self.console.note)
         self.live_scan = LiveScan(self.watch_files.signatures, write=self.files.write, note=self.console.note)
         self.rank_pids: dict[int, int] = {}
         self.gone: dict[int, str] = {}
+        self.gone_t: dict[int, float] = {}  # wall s: the order ranks left in names the first
+        self.ray = RayWorkers()  # Ray actors of the job: their titles, ranked or not
         self.hangs: list[HangReport] = []
+        # The cli sends the end-of-job findings through it too, then closes it (a bounded wait).
+        self.alerter = Alerter(opts.alerts, host=self.host, run_dir=opts.run_dir, out_path=self.watch_files.alerts,
+                               note=self.console.note, on_spawn=lambda pid: self.tree.outside.add(pid))
+        self._alerted_live = False
         self._interrupts = 0
         self._last_output_mono = time.monotonic()
         self._last_busy_mono = time.monotonic()  # last time a rank used CPU or was not yet measured
@@ -91,7 +104,7 @@ class Watch:
     # -- main loop ------------------------------------------------------------------------
 
     def run(self) -> int:
-        env, added = child_environment(os.environ, self.opts.run_dir)
+        env, added = child_environment(os.environ, self.opts.run_dir, instrument=self.opts.instrument)
         # A run directory that cannot be written (read-only, full, missing parent we may not create)
         # costs supervision its records, never the job its start.
         self.files.write("the run directory", lambda: self.sup_dir.mkdir(parents=True, exist_ok=True))
@@ -108,6 +121,8 @@ class Watch:
         if self.guardian is not None:
             self.tree.outside.add(self.guardian.proc.pid)
         self.console.note(f"watching pid {self.tree.pid}; run directory {self.paths.root}")
+        for line in cluster_lines(self.cluster):
+            self.console.note(line)
         for pipe in (self.tree.proc.stdout, self.tree.proc.stderr):
             _widen_pipe(pipe.fileno())
         sys.setswitchinterval(SWITCH_INTERVAL_S)
@@ -134,6 +149,8 @@ class Watch:
                     now = time.monotonic()
                     for line in self.seeds.feed(self.tracker.poll(now)):
                         self.console.note(line)
+                    if self.opts.alerts.live and not self._alerted_live:
+                        self._alert_live()
                     if now >= next_discovery:
                         self._discover()
                         next_discovery = now + DISCOVER_EVERY_S
@@ -197,6 +214,7 @@ class Watch:
         tree = self.tree.descendants()
         in_tree = {p.pid for p in tree}
         found = {r: p.pid for r, p in discover_ranks(tree).items()}
+        self.ray.update(tree)
         for rank, progress in self.tracker.ranks.items():
             # A reused run directory holds pids of an earlier job: follow only processes of ours.
             if progress.host == self.host and progress.pid in in_tree and rank not in found and progress.ended is None:
@@ -207,9 +225,11 @@ class Watch:
         for rank, pid in found.items():
             if rank in self.gone and pid != self.rank_pids.get(rank):
                 del self.gone[rank]  # restarted (torchrun --max-restarts): a new process for that rank
+                self.gone_t.pop(rank, None)
             if rank not in self.gone:
                 self.rank_pids[rank] = pid
         live = {r: p for r, p in self.rank_pids.items() if r not in self.gone}
+        self.ray.set_ranks(live)
         self.sampler.set_targets(live)
 
     def _rank_gone(self, rank: int, pid: int) -> None:
@@ -221,7 +241,9 @@ class Watch:
         rss = f", last RSS {last.rss_bytes / 2**20:.0f} MiB" if last and last.rss_bytes else ""
         phase = f" in {progress.open_path or 'no phase'} at step {progress.step}" if progress else ""
         how = progress.error if progress and progress.error else "without an end record (killed: SIGKILL or the OOM killer?)"
-        self.gone[rank] = f"pid {pid} gone {how}{phase}{rss}"
+        actor = actor_of(self.ray.role(rank))  # the method last seen may be stale by now; the class is not
+        self.gone[rank] = f"pid {pid}{f' ({actor})' if actor else ''} gone {how}{phase}{rss}"
+        self.gone_t[rank] = time.time()
         self.console.note(f"rank {rank} {self.gone[rank]}")
 
     def _hung(self, now: float) -> bool:
@@ -236,12 +258,12 @@ class Watch:
             key = tuple(sorted((r, p.num_records) for r, p in self.tracker.ranks.items()))
             return self.stalls.due(key, min(stalled.values()))
         live = [r for r in self.rank_pids if r not in self.gone]
-        if not live:
+        if not live and not self.ray.unranked():
             return False
-        # Silence counts from the last sign of work: output, or a rank using CPU. A rank the
-        # sampler has not measured yet (just discovered, still importing torch) counts as busy,
-        # so a slow start is never taken for a hang.
-        if any(shows_work(self.sampler.latest(r)) for r in live):
+        # Silence counts from the last sign of work: output, or a rank (or, with no ranks known, a
+        # Ray worker) using CPU. A rank the sampler has not measured yet (just discovered, still
+        # importing torch) counts as busy, so a slow start is never taken for a hang.
+        if any(shows_work(self.sampler.latest(r)) for r in live) or (not live and self.ray.busy()):
             self._last_busy_mono = now
         quiet_since = max(self._last_output_mono, self._last_busy_mono)
         idle_s = now - quiet_since
@@ -249,17 +271,31 @@ class Watch:
 
     def _investigate(self) -> HangReport:
         pids = {r: p for r, p in self.rank_pids.items() if r not in self.gone}
-        self.console.note(f"no progress from any running rank; taking the stacks of rank(s) {format_ranks(pids)}")
+        actors = self.ray.unranked()
+        whose = f"rank(s) {format_ranks(pids)}" if pids else "no rank"
+        self.console.note(f"no progress from any running rank; taking the stacks of {whose}"
+                          + (f" and of {len(actors)} Ray worker(s) with no rank" if actors else ""))
         report = investigate(
             pids, self.tracker, self.paths,
             second_look_s=self.opts.second_look_s, native=self.opts.native, gpus=self.sampler.latest_gpus(),
+            roles={r: self.ray.role(r) for r in pids if self.ray.role(r)}, actors=actors,
         )
         self.hangs.append(report)
         hang_file = self.watch_files.hang_report(len(self.hangs))
         self.files.write(hang_file.name, lambda: hang_file.write_text(json.dumps(report.to_dict(), indent=2, default=str)))
         for line in hang_lines(report):
             self.console.note(line)
+        self.alerter.send("hang", finding_from_hang(report, hang_file))  # in the background: never a delay
         return report
+
+    def _alert_live(self) -> None:
+        """--alert-live: the first critical finding watch itself sees while the job runs (a shared sampling seed)."""
+        for shared in self.seeds.collisions:
+            finding = finding_from_seed_collision(shared, self.seeds.hosts)
+            if finding["severity"] == "critical":
+                self._alerted_live = True
+                self.alerter.send("live", finding)
+                return
 
     def _update_panel(self, now: float) -> None:
         rows = []
@@ -292,11 +328,13 @@ class Watch:
             command=tuple(self.opts.command), grpo_doctor_version=__version__,
             hosts={self.host: WatchHost(pid=os.getpid(), env_set_by_watch=env_added,
                                         launch_env={k: os.environ[k] for k in PLAN_ENV if k in os.environ},
-                                        hang_policy=asdict(self.opts.policy), on_hang=self.opts.on_hang)}))
+                                        hang_policy=asdict(self.opts.policy), on_hang=self.opts.on_hang,
+                                        cluster=None if self.cluster.is_empty else self.cluster)}))
 
     def _finish(self, status: int | None, exit_status: int, hang_ended: bool) -> None:
         summary = build_summary(
-            self.host, status, exit_status, hang_ended, watched_ranks(self.tracker.ranks, self.rank_pids, self.gone),
+            self.host, status, exit_status, hang_ended, watched_ranks(self.tracker.ranks, self.rank_pids, self.gone,
+                                                                 roles=self.ray.roles, gone_t=self.gone_t),
             num_hangs=len(self.hangs), signatures=self.live_scan.counts, bad_event_lines=self.tracker.num_bad_lines,
             live_scan_complete=self.live_scan.complete, live_scan_skipped_bytes=self.live_scan.skipped_bytes)
         summary_file = self.watch_files.summary_json

@@ -60,6 +60,9 @@ PEER_LOST = ("Connection closed by peer", "Connection reset by peer", "remote wo
              "remote process exited", "Broken pipe", "NCCL communicator was aborted")
 
 
+SAME_MOMENT_S = 2.0  # ranks watch saw gone within this of the first went together (one node, one kill)
+
+
 @dataclass(frozen=True)
 class Config:
     message_chars: int = 500  # how much of an exception message goes into the evidence
@@ -80,12 +83,26 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
             last = log.last_record
             crashes.setdefault(rank, {"phase": log.open_path, "step": getattr(last, "step", None),
                                       "source": "event-log", "message": NO_END_MESSAGE})
+    rank_of_pid: dict[int, int] = {}
+    first_gone_t = min((i.gone_t for s in run.summaries.values() for i in s.ranks.values()
+                        if i.gone and i.gone_t is not None and not i.ended_cleanly), default=None)
     for summary in run.summaries.values():
         for rank, info in summary.ranks.items():
+            if info.pid is not None:
+                rank_of_pid[info.pid] = rank
             if info.gone and not info.ended_cleanly:
                 entry = crashes.setdefault(rank, {"phase": info.open_phase, "step": info.step, "source": "watch"})
                 entry.setdefault("message", info.gone)
+                if info.gone_t is not None and first_gone_t is not None and info.gone_t - first_gone_t > SAME_MOMENT_S:
+                    entry["after_first"] = True  # left after another rank: its going is a consequence
     from_logs, unranked = crashes_from_logs(run.signature_rows)
+    unranked, named_by_ray = _name_ray_ranks(unranked, rank_of_pid, crashes)
+    if named_by_ray:
+        # Ray reports every actor that died under a task; a rank whose process merely went too, with
+        # no error of its own, was ended by Ray's shutdown after the driver saw that death.
+        for rank, info in crashes.items():
+            if rank not in named_by_ray and info.get("source") == "watch" and info.get("exc_type") is None:
+                info["after_first"] = True
     for rank, info in from_logs.items():
         entry = crashes.setdefault(rank, info)
         if entry is not info:  # the run's own records come first; the log adds how the process ended
@@ -195,7 +212,28 @@ def _hints(signal: str | None, exitcode: int | None, info: dict[str, Any] | None
     return tuple(hints)
 
 
+def _name_ray_ranks(unranked: list[dict[str, Any]], rank_of_pid: dict[int, int],
+                    crashes: dict[int, dict[str, Any]]) -> tuple[list[dict[str, Any]], set[int]]:
+    """Ray's death message names the actor's pid; where watch followed that pid as a rank, the
+    death is that rank's, not an unnamed process's. Returns the deaths still without a rank, and
+    the ranks Ray named."""
+    left, named = [], set()
+    for info in unranked:
+        rank = rank_of_pid.get(info.get("pid")) if info.get("component") == "ray-actor" else None
+        if rank is None:
+            left.append(info)
+            continue
+        entry = crashes.setdefault(rank, {"source": "watch"})
+        entry.pop("after_first", None)  # Ray says this one died: it is a cause, whatever the order seen
+        named.add(rank)
+        for key, value in info.items():
+            entry.setdefault(key, value)
+    return left, named
+
+
 def _collateral(info: dict[str, Any]) -> bool:
+    if info.get("after_first"):
+        return True
     if info.get("exc_type") is None:
         return info.get("signal") in COLLATERAL_SIGNALS
     return any(marker in (info.get("message") or "") for marker in PEER_LOST)
