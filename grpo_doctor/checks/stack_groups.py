@@ -65,7 +65,7 @@ _DRIVE = re.compile(r"[A-Za-z]:/")
 # Packages recognised in py-spy's short filenames, which drop the site-packages part.
 _KNOWN_LIBRARIES = frozenset({
     "torch", "torchvision", "transformers", "vllm", "deepspeed", "trl", "accelerate", "peft", "datasets",
-    "tokenizers", "safetensors", "huggingface_hub", "ray", "numpy", "triton", "flash_attn", "xformers",
+    "tokenizers", "safetensors", "huggingface_hub", "ray", "grpo_doctor", "numpy", "triton", "flash_attn", "xformers",
     "megatron", "apex", "zmq", "uvloop", "tornado", "grpo_doctor", "swift", "verl", "sglang", "tqdm",
 })
 
@@ -316,8 +316,8 @@ def frame_kind(frame: Frame) -> str:
         return "native"
     if name.startswith("<"):
         return "stdlib"  # <frozen importlib._bootstrap>, <string>
-    if "/site-packages/" in name or "/dist-packages/" in name:
-        return "library"
+    if "/site-packages/" in name or "/dist-packages/" in name or "/grpo_doctor/" in name:
+        return "library"  # grpo_doctor too: `watch --instrument`'s wrappers are never the user's code
     if _STDLIB_PATH.search(name):
         return "stdlib"
     if name.startswith("/") or _DRIVE.match(name):

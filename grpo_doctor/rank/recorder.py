@@ -39,6 +39,9 @@ from grpo_doctor.schema import (
 )
 
 _SCALARS = (int, float, str, bool, type(None))
+# Added to the header's `launch` by whoever starts the recorder knowing more than the environment says
+# (the zero-code instrumentation: the Ray actor this process is).
+LAUNCH_EXTRAS: dict[str, str] = {}
 PHASE_ATTR = "_grpo_doctor_phase"  # set on an exception by the innermost phase it left
 
 
@@ -58,6 +61,7 @@ class Recorder:
         self.ident = ident
         self.sync = sync
         self.current_step = start_step
+        self.num_steps = 0  # step() calls: the zero-code heartbeat stands aside when the job calls step() itself
         self.nvml = nvml or Nvml()
         self.ended = False  # set as the end record is begun: nothing is recorded after it
         self._end_lock = threading.Lock()  # a handler and the signal watcher may both end us
@@ -77,13 +81,18 @@ class Recorder:
 
     # -- hot path ---------------------------------------------------------------------------
 
-    def begin_phase(self, name: str, sync: bool) -> None:
+    def begin_phase(self, name: str, sync: bool, detail: dict[str, Any] | None = None) -> None:
+        """detail: written as the line's extra key "detail" (a collective's group, sequence number and
+        size, from the zero-code instrumentation); readers that do not know it drop it."""
         stack = self._stack()
         synced = sync and _cuda_sync()
         path = f"{stack[-1][1]}/{name}" if stack else name
         mono = time.monotonic()
         stack.append((name, path, mono, synced))
-        self.sink.enqueue((PhaseBegin, self.current_step, time.time(), mono, (name, path)))
+        if detail is None:
+            self.sink.enqueue((PhaseBegin, self.current_step, time.time(), mono, (name, path)))
+        else:
+            self.sink.enqueue((PhaseBegin, self.current_step, time.time(), mono, (name, path), detail))
 
     def end_phase(self, exc_type, exc) -> None:
         stack = self._stack()
@@ -113,6 +122,7 @@ class Recorder:
         clean = {k: v if type(v) in _SCALARS else _to_scalar(v) for k, v in metrics.items()}
         self.sink.enqueue((Step, n, time.time(), time.monotonic(), (clean,)))
         self.current_step = n + 1
+        self.num_steps += 1
 
     # -- less frequent ------------------------------------------------------------------------
 
@@ -185,6 +195,10 @@ class Recorder:
         return (self.ident.rank, self.ident.host, self.ident.pid, step, time.time(), time.monotonic())
 
     def _encode(self, raw) -> dict:
+        if len(raw) == 6:  # a phase begin with its detail
+            out = self._encode(raw[:5])
+            out["detail"] = raw[5]
+            return out
         cls, step, t, mono, extra = raw
         return encode_values(cls, (self.ident.rank, self.ident.host, self.ident.pid, step, t, mono, *extra))
 
@@ -198,7 +212,7 @@ class Recorder:
             local_world_size=i.local_world_size,
             gpu_uuid=self.gpu_uuid,
             versions=collect_versions(self.nvml),
-            launch=collect_launch_settings(os.environ),
+            launch={**collect_launch_settings(os.environ), **LAUNCH_EXTRAS},
             argv=list(sys.argv),
             attempt=i.attempt,
         )

@@ -98,6 +98,10 @@ class Header(Record):
 
 @dataclass(frozen=True)
 class PhaseBegin(Record):
+    """Lines written by the zero-code instrumentation (rank/auto/) carry one more key, `detail`: for a
+    collective {"group", "group_size", "seq", "numel", "size_bytes", "async"}, for a rollout {"engine"}.
+    It is no field here (readers drop keys they do not know, and plain phase lines keep the fast path)."""
+
     KIND: ClassVar[RecordKind] = RecordKind.PHASE_BEGIN
     phase: str
     path: str  # nested phases joined by "/", e.g. "rollout/generate"

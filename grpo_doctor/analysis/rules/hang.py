@@ -92,8 +92,11 @@ def _from_watch(run: Evidence) -> Iterator[Finding]:
         where = f" in {phase}" if phase else ""
         at = f" at step {step}" if step is not None else ""
         stacks = culprit_evidence(captures, culprits or odd)
+        roles = {r: info.role for r, info in sorted(ranks_info.items()) if info.role}
         if culprits:
-            title = f"hang on {host}: the other ranks wait for rank(s) {format_ranks(culprits)}{where}{at}"
+            # A Ray job's culprit is named by its actor too: "rank(s) 1 (ray::PolicyWorker.train_step)".
+            role = f" ({roles[culprits[0]]})" if len(culprits) == 1 and culprits[0] in roles else ""
+            title = f"hang on {host}: the other ranks wait for rank(s) {format_ranks(culprits)}{role}{where}{at}"
             title += _code_clause(stacks["culprit_code"])
         elif odd:
             title = (f"hang on {host}: rank(s) {format_ranks(odd)} wait{where}{at} in a different collective from "
@@ -110,7 +113,9 @@ def _from_watch(run: Evidence) -> Iterator[Finding]:
                       "max_idle_s": max(idle) if idle else None, "stack_groups": list(report.groups),
                       **stacks,
                       "stack_dirs": list(report.stack_dirs),
-                      "flight_recorder_files": list(report.flight_recorder_files)},
+                      "flight_recorder_files": list(report.flight_recorder_files),
+                      **({"ray_roles": roles} if roles else {}),
+                      **({"ray_workers_without_rank": list(report.actors)} if report.actors else {})},
             hints=hints_for(run),
         )
 

@@ -60,6 +60,9 @@ PEER_LOST = ("Connection closed by peer", "Connection reset by peer", "remote wo
              "remote process exited", "Broken pipe", "NCCL communicator was aborted")
 
 
+# What watch sends a hung job (--on-hang kill): a process that reports one of these then (absl's
+# "*** SIGTERM received at time=..." in Ray workers) was ended by watch, not crashed.
+WATCH_SIGNALS = ("SIGTERM", "SIGKILL")
 SAME_MOMENT_S = 2.0  # ranks watch saw gone within this of the first went together (one node, one kill)
 
 
@@ -116,7 +119,8 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
         # or stuck to run its handler in time), with no error of its own.
         crashes = {r: info for r, info in crashes.items()
                    if not _collateral(info) and not _stopped_without_end(info)}
-        unranked = [info for info in unranked if info.get("component") != "launcher-signal"]
+        unranked = [info for info in unranked if info.get("component") != "launcher-signal"
+                    and not (info.get("component") == "process" and info.get("exc_type") in WATCH_SIGNALS)]
     yield from _unranked_findings(unranked)
     if not crashes:
         return

@@ -7,6 +7,7 @@ step), plus a `RolloutWorker` actor outside the group. What goes wrong is chosen
   FAULT=kill         rank 1 SIGKILLs itself at step FAULT_STEP
   FAULT=raise        rank 1's reward function raises at step FAULT_STEP
   RANK_FROM=runtime-env  RANK set through the actor's runtime_env (verl), else inside the actor (OpenRLHF)
+  RAY_ADDRESS            join a cluster started with `ray start` instead of starting one
 """
 import os
 import signal
@@ -63,7 +64,10 @@ class RolloutWorker:
 
 
 def main() -> int:
-    ray.init(num_cpus=3, include_dashboard=False, log_to_driver=True)
+    if os.environ.get("RAY_ADDRESS"):  # a cluster started by `ray start` (under one watch per node)
+        ray.init()
+    else:
+        ray.init(num_cpus=3, include_dashboard=False, log_to_driver=True)
     def options(rank):
         if os.environ.get("RANK_FROM") == "runtime-env":
             return {"runtime_env": {"env_vars": {"RANK": str(rank), "WORLD_SIZE": "2"}}}
