@@ -1,39 +1,74 @@
 """`grpo-doctor summary RUN...`: where every rank is, or ended, read from the event log.
 
 Works on a live run (each rank's open phase and seconds since its last record) and on a
-finished one (how each rank ended, its error and the phase it was in).
+finished one (how each rank ended, its error and the phase it was in). `--follow` keeps it up to
+date on a live run: on a terminal the table is redrawn in place every `--interval` seconds;
+otherwise (a pipe, a log file) a new table is printed only when it changed. It stops by itself
+when the run has ended (every rank wrote its end record, or watch wrote its summary.json), when
+no file of the run has grown for `--quiet-timeout` seconds (a run killed outright writes no
+end), or at Ctrl-C.
 
 Typical use:
     grpo-doctor summary grpo-doctor-runs/20261121-101502-p4711
     grpo-doctor summary node0/run node1/run --json
+    grpo-doctor summary grpo-doctor-runs/20261121-101502-p4711 --follow --interval 5
 """
 from __future__ import annotations
 
 import json
+import math
+import shutil
 import statistics
+import sys
 import time
+from pathlib import Path
 
+from grpo_doctor.cli.errors import UserError
 from grpo_doctor.logs.terminal_text import terminal_safe
 from grpo_doctor.runlog.columns import as_list
 from grpo_doctor.runlog.parallel_read import read_run
 from grpo_doctor.runlog.rank_log import RankLog, RunLog
 from grpo_doctor.runlog.rank_states import NO_END, rank_state
-from grpo_doctor.schema import Record, Step
+from grpo_doctor.schema import Record, RunPaths, Step
+from grpo_doctor.schema.errors import DoctorError
+from grpo_doctor.schema.run_paths import WatchPaths
 
 EXIT_HELP = """\
 exit status: 0 every rank ended cleanly; 1 a rank ended by an exception or a signal, or has no end
-record (still running, or killed outright); 2 not a run directory."""
+record (still running, or killed outright); 2 not a run directory. With --follow: the same, once
+the run has ended or gone quiet; 130 at Ctrl-C."""
+INTERVAL_S = 2.0
+QUIET_TIMEOUT_S = 900.0
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("summary", help="per-rank state of a run: step, open phase, how it ended",
                        description=__doc__.split("\n\nTypical use")[0], epilog=EXIT_HELP)
     p.add_argument("paths", nargs="+", metavar="RUN_DIR", help="run directory (one per node if not shared)")
-    p.add_argument("--json", action="store_true", help="print the rows as JSON")
+    p.add_argument("--json", action="store_true", help="print the rows as JSON (with --follow: one line per change)")
+    p.add_argument("--follow", action="store_true",
+                   help="keep refreshing until the run ends (every rank ended, or watch wrote summary.json), goes "
+                        "quiet, or Ctrl-C: redrawn in place on a terminal, else printed again when it changes")
+    p.add_argument("--interval", type=float, default=INTERVAL_S, metavar="SECONDS",
+                   help=f"with --follow: seconds between reads of the run (default: {INTERVAL_S:g})")
+    p.add_argument("--quiet-timeout", type=float, default=QUIET_TIMEOUT_S, metavar="SECONDS",
+                   help="with --follow: stop when no rank file or supervisor file grew for this long "
+                        f"(default: {QUIET_TIMEOUT_S:g})")
     p.set_defaults(run=run)
 
 
 def run(args) -> int:
+    for name, value in (("--interval", args.interval), ("--quiet-timeout", args.quiet_timeout)):
+        if not (math.isfinite(value) and value > 0):  # every wait has an end: no inf, no nan
+            raise UserError(f"{name} {value:g} is not a positive number of seconds", f"e.g. {name} 5")
+    if not args.follow:
+        if (args.interval, args.quiet_timeout) != (INTERVAL_S, QUIET_TIMEOUT_S):
+            print("grpo-doctor: --interval and --quiet-timeout take effect only with --follow", file=sys.stderr)
+        return _print_once(args)
+    return follow(args.paths, args.interval, args.quiet_timeout, as_json=args.json)
+
+
+def _print_once(args) -> int:
     # The report's reader: columns for phases and memory, a big run's files read by window.
     log = read_run(args.paths)
     rows = summarise(log)
@@ -115,3 +150,97 @@ def format_summary(run: RunLog, rows: list[dict]) -> str:
 
 def _num(value, digits: int = 2) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
+
+
+def follow(paths: list, interval_s: float, quiet_timeout_s: float, as_json: bool = False, out=None) -> int:
+    """Reads the run every `interval_s` until it has ended or gone quiet; see the module docstring."""
+    out = sys.stdout if out is None else out
+    redraw = out.isatty() and not as_json
+    drawn_lines, last_changed, last_size, last_growth = 0, None, -1, time.monotonic()
+    try:
+        while True:
+            log = _read_when_there(paths)
+            rows = summarise(log) if log is not None else []
+            if as_json:
+                block = json.dumps({"ranks": rows, "warnings": log.warnings if log else []})
+                # The seconds since each rank's last record change at every read: not a change of the run.
+                changed = json.dumps([{**r, "since_last_record_s": None} for r in rows])
+            else:
+                block = format_summary(log, rows) if log is not None else _waiting_text(paths)
+                changed = block
+            size = _run_size_bytes(paths)
+            now = time.monotonic()
+            if size != last_size:
+                last_size, last_growth = size, now
+            ended = log is not None and _run_ended(log, rows)
+            quiet = now - last_growth >= quiet_timeout_s
+            if redraw:
+                status = ("the run has ended" if ended else f"nothing new for {quiet_timeout_s:g} s: stopped"
+                          if quiet else f"refreshed {time.strftime('%H:%M:%S')}, every {interval_s:g} s; Ctrl-C stops")
+                drawn_lines = _draw_in_place(out, f"{block}\n{status}", drawn_lines)
+            elif changed != last_changed:
+                text = block if as_json else f"-- {time.strftime('%H:%M:%S')}\n{block}"
+                print(text if last_changed is None or as_json else "\n" + text, file=out, flush=True)
+            last_changed = changed
+            if ended or quiet:
+                if log is None:
+                    read_run(paths)  # still no rank file: the error it gives without --follow
+                if quiet and not redraw:
+                    print(f"grpo-doctor: nothing new in the run for {quiet_timeout_s:g} s: stopped following",
+                          file=sys.stderr)
+                return 1 if any(r["failed"] for r in rows) else 0
+            time.sleep(interval_s)
+    except KeyboardInterrupt:
+        if redraw:
+            out.write("\n")
+        return 130
+
+
+def _read_when_there(paths: list) -> RunLog | None:
+    """The run as read now; None while a directory that exists holds no rank file yet (a run that is
+    starting). A path that does not exist is an error at once, as without --follow."""
+    try:
+        return read_run(paths)
+    except DoctorError:
+        if all(Path(p).is_dir() for p in paths):
+            return None
+        raise
+
+
+def _waiting_text(paths: list) -> str:
+    return f"run: {terminal_safe(', '.join(str(p) for p in paths))}: no rank file yet, waiting"
+
+
+def _run_ended(log: RunLog, rows: list[dict]) -> bool:
+    """Every rank wrote its end record, or watch wrote summary.json for every host it supervised."""
+    if rows and all(r["state"] != NO_END for r in rows):
+        return True
+    hosts = [h for d in log.dirs for h in RunPaths(d).supervisor.glob("*") if h.is_dir()]
+    return bool(hosts) and all(WatchPaths(h).summary_json.exists() for h in hosts)
+
+
+def _run_size_bytes(paths: list) -> int:
+    """The size of the run's rank and supervisor files: it grows while anything is written."""
+    total = 0
+    for d in paths:
+        for path in [*RunPaths(Path(d)).ranks.glob("*.jsonl"), *RunPaths(Path(d)).supervisor.glob("*/*")]:
+            try:
+                total += path.stat().st_size
+            except OSError:
+                continue  # rotated or removed between the listing and the stat
+    return total
+
+
+def _draw_in_place(out, block: str, drawn_lines: int) -> int:
+    """Replaces the previously drawn lines with `block`: cursor up, clear to the end of the screen.
+    Lines are cut at the terminal's width and the block at its height (the last line, the status,
+    kept), so that nothing wraps or scrolls off and the count of lines to go back over stays true."""
+    size = shutil.get_terminal_size()
+    width, height = max(20, size.columns - 1), max(4, size.lines - 1)
+    lines = [line[:width] for line in block.split("\n")]
+    if len(lines) > height:
+        lines = [*lines[:height - 2], f"... {len(lines) - height + 1} more lines (without --follow: all)", lines[-1]]
+    up = f"\x1b[{drawn_lines}F" if drawn_lines else ""
+    out.write(up + "\x1b[J" + "\n".join(lines) + "\n")
+    out.flush()
+    return len(lines)

@@ -30,12 +30,14 @@ class BuiltReport:
     findings: Any  # analysis.findings.FindingsFile (imported late: see build_report)
     html_path: Path
     findings_path: Path
+    markdown: str = ""  # the report as Markdown (report/markdown.py), when asked for
 
 
 def build_report(paths: list, out_dir: Path | None = None, configs: dict | None = None,
-                 html_path: Path | None = None, full_read: bool = False) -> BuiltReport:
+                 html_path: Path | None = None, full_read: bool = False, markdown: bool = False) -> BuiltReport:
     """Loads the evidence, runs the rules (with `configs`, {rule id: Config}, in place of their default
-    thresholds), writes findings.json and report.html. Raises DoctorError for unusable paths."""
+    thresholds), writes findings.json and report.html, and with `markdown` renders the Markdown
+    report too (from the same evidence: it is not read twice). Raises DoctorError for unusable paths."""
     # pandas and matplotlib are imported here, not at module level: `grpo-doctor watch` must start
     # light. The benchmarks time these functions by wrapping the module attributes, which works
     # because they are looked up at call time.
@@ -44,6 +46,7 @@ def build_report(paths: list, out_dir: Path | None = None, configs: dict | None 
     from grpo_doctor.analysis.load import load_evidence
     from grpo_doctor.analysis.rule_settings import changed_settings
     from grpo_doctor.analysis.rules import run_rules
+    from grpo_doctor.report.markdown import render_markdown
     from grpo_doctor.report.render import render_report
     from grpo_doctor.runlog.decode import paused_gc
 
@@ -71,8 +74,9 @@ def build_report(paths: list, out_dir: Path | None = None, configs: dict | None 
         html.parent.mkdir(parents=True, exist_ok=True)
         written = result.write(findings_path)
         render_report(evidence, result, html)
+        text = render_markdown(evidence, result, html_path=html) if markdown else ""
         del evidence
-    return BuiltReport(findings=result, html_path=html, findings_path=written)
+    return BuiltReport(findings=result, html_path=html, findings_path=written, markdown=text)
 
 
 def _output_dir(out_dir: Path | None, paths: list[Path]) -> Path:

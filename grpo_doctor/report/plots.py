@@ -1,4 +1,5 @@
-"""The report's figures, drawn with matplotlib and embedded as PNG data URIs (no files, no network).
+"""The report's figures, drawn with matplotlib and embedded as PNG data URIs (no files, no network)
+at twice the resolution they are shown at, so they stay crisp on HiDPI screens (figure_png.py).
 
 Each function takes the loaded `Evidence` and returns a data URI (the timeline: a TimelinePlot,
 its URI and a note of what it leaves out), or None when the run holds nothing to draw. Sizes stay
@@ -12,8 +13,6 @@ Typical use:
 """
 from __future__ import annotations
 
-import base64
-import io
 import math
 from dataclasses import dataclass
 
@@ -28,6 +27,7 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, MaxNLocator  # noqa: 
 
 from grpo_doctor.analysis.grpo_metrics import unusual_gaps  # noqa: E402
 from grpo_doctor.analysis.load import Evidence  # noqa: E402
+from grpo_doctor.report.figure_png import figure_uri  # noqa: E402
 from grpo_doctor.report.time_cut import TimeCut, duration_text, find_cut  # noqa: E402
 
 # Names from the run (phases, metrics) go into labels: "$" must never start mathtext there.
@@ -320,7 +320,4 @@ def _legend_once(ax) -> None:
 
 
 def _to_uri(fig) -> str:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", bbox_inches="tight")
-    plt.close(fig)
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+    return figure_uri(fig)  # a 2x palette PNG: crisp on HiDPI screens (figure_png.py)

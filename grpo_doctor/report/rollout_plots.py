@@ -12,8 +12,6 @@ Typical use:
 """
 from __future__ import annotations
 
-import base64
-import io
 from typing import Any
 
 import matplotlib
@@ -30,6 +28,7 @@ from grpo_doctor.analysis.rollout_tables import (  # noqa: E402
     duplicate_rates,
     pair_matrix,
 )
+from grpo_doctor.report.figure_png import figure_uri  # noqa: E402
 
 plt.rcParams["text.parse_math"] = False  # names from the run go into labels: "$" must not start mathtext
 
@@ -170,7 +169,4 @@ def _cut(text: Any) -> str:
 
 
 def _to_uri(fig) -> str:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", bbox_inches="tight")
-    plt.close(fig)
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+    return figure_uri(fig)  # a 2x palette PNG: crisp on HiDPI screens (figure_png.py)
