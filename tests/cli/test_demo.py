@@ -1,3 +1,4 @@
+import json
 import subprocess
 import sys
 
@@ -9,10 +10,47 @@ from grpo_doctor.schema import Step
 
 
 @pytest.mark.distributed
+@pytest.mark.slow
+def test_demo_by_default_catches_the_hung_rank_under_watch_and_points_at_the_report(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "grpo_doctor.cli.main", "demo", "--steps", "4", "--out", str(tmp_path / "demo")],
+        env=clean_env(), cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )
+    assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
+    assert "1/2 the job as it should run ... exit status 0, no findings" in out.stdout
+    # watch's verdict: the rank the others wait for, and the injected reward-function stall on its stack
+    assert "grpo-doctor:   the others wait for: rank 1 in reward at step 2" in out.stdout
+    assert "rank 1: _block_forever (inject.py" in out.stdout
+    assert "grpo-doctor: CRITICAL hang: hang on " in out.stdout
+    assert "exit status 124: the job hung and watch ended it (--on-hang kill)" in out.stdout
+    # torchrun's own traceback on being stopped is folded into one line, not printed after the verdict
+    assert "Traceback (most recent call last)" not in out.stdout and "torchrun's traceback on being stopped" in out.stdout
+    report = tmp_path / "demo" / "hang" / "report.html"
+    assert f"grpo-doctor demo: caught: hang on rank(s) 1, recorded in {report.parent / 'findings.json'}" in out.stdout
+    assert f"grpo-doctor demo: open the report: {report}" in out.stdout.splitlines()[-1]
+    assert report.is_file()
+    findings = json.loads((tmp_path / "demo" / "hang" / "findings.json").read_text())["findings"]
+    hang = next(f for f in findings if f["id"] == "hang")
+    assert hang["ranks"] == [1] and hang["phase"] == "reward" and hang["step"] == 2
+    assert json.loads((tmp_path / "demo" / "healthy" / "findings.json").read_text())["findings"] == []
+
+
+def test_demo_refuses_inject_with_a_scenario_in_one_line(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "grpo_doctor.cli.main", "demo", "--scenario", "seeds", "--out", str(tmp_path / "run"),
+         "--inject", "crash:rank=1,step=1"],
+        env=clean_env(), cwd=tmp_path, capture_output=True, text=True, timeout=60,
+    )
+    assert out.returncode == 2 and len(out.stderr.splitlines()) == 2 and "--scenario healthy" in out.stderr
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.distributed
 def test_demo_trains_two_cpu_ranks_into_out_even_with_a_run_dir_exported(tmp_path):
     # The flag wins over GRPO_DOCTOR_RUN_DIR, which the trainer would otherwise obey.
     out = subprocess.run(
-        [sys.executable, "-m", "grpo_doctor.cli.main", "demo", "--steps", "2", "--out", str(tmp_path / "run")],
+        [sys.executable, "-m", "grpo_doctor.cli.main", "demo", "--scenario", "healthy", "--steps", "2",
+         "--out", str(tmp_path / "run")],
         env=clean_env(GRPO_DOCTOR_RUN_DIR=str(tmp_path / "exported")), cwd=tmp_path, capture_output=True, text=True,
         timeout=300,
     )

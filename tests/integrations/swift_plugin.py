@@ -1,8 +1,7 @@
-"""The ms-swift plugin file of the tests (`--external_plugins`): grpo-doctor's two lines, plus the
-two rule rewards the test runs train with (ms-swift's own `accuracy` needs math_verify)."""
+"""The tests' own ms-swift plugin file (`--external_plugins`): the two rule rewards the test runs train
+with (ms-swift's own `accuracy` needs math_verify). grpo-doctor comes in through the plugin file the
+package ships, named beside this one (test_swift_run.py)."""
 from swift.rewards import orms
-
-from grpo_doctor.rank.integrations.swift import register
 
 
 class DigitShare:
@@ -24,4 +23,3 @@ class AlwaysOne(DigitShare):
 
 orms["digit_share"] = DigitShare
 orms["always_one"] = AlwaysOne
-register()

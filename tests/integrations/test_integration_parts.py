@@ -6,8 +6,7 @@ import torch
 from helpers import run_program
 
 from grpo_doctor.rank.integrations.callback import numeric_metrics, sampling_place
-from grpo_doctor.rank.integrations.layout import as_text, layout_group_ids
-from grpo_doctor.rank.integrations.trl import _rank_rewards
+from grpo_doctor.rank.integrations.layout import as_text, layout_group_ids, rank_rewards
 from grpo_doctor.runlog.eventlog import load_run
 from grpo_doctor.schema import Memory, PhaseBegin, Rng, Step
 
@@ -35,9 +34,8 @@ def test_chat_prompts_and_completions_become_role_content_lines():
     assert as_text({"role": "assistant", "content": "4"}) == "assistant: 4"
 
 
-def test_step_metrics_keep_numbers_and_nan_and_drop_the_probes_columns():
+def test_step_metrics_keep_numbers_and_nan():
     logs = {"loss": float("nan"), "reward": 0.5, "num_tokens": 12, "flag": True, "note": "x",
-            "rewards/grpo_doctor_rollouts/mean": float("nan"), "rewards/GrpoDoctorRollouts/std": float("nan"),
             "rewards/accuracy/mean": 0.5}
     kept = numeric_metrics(logs)
     assert set(kept) == {"loss", "reward", "num_tokens", "rewards/accuracy/mean"}
@@ -56,13 +54,15 @@ def test_colocated_vllm_ranks_are_placed_as_trl_and_ms_swift_seed_them():
 
 def test_a_ranks_rewards_are_its_rows_weighted_as_trl_logs_them():
     nan = math.nan
-    # Gathered from 2 ranks x 2 rows; columns: two user functions and the probe (always NaN, weight 0).
-    gathered = torch.tensor([[1.0, 0.0, nan], [0.0, 1.0, nan], [1.0, nan, nan], [nan, nan, nan]])
+    # Gathered from 2 ranks x 2 rows; columns: two reward functions, one of them unweighted.
+    gathered = torch.tensor([[1.0, 0.0, 9.0], [0.0, 1.0, 9.0], [1.0, nan, nan], [nan, nan, nan]])
     weights = torch.tensor([1.0, 0.5, 0.0])
-    assert _rank_rewards(gathered, weights, process_index=0, n=2) == [1.0, 0.5]
-    rank1 = _rank_rewards(gathered, weights, process_index=1, n=2)
+    assert rank_rewards(gathered, weights, process_index=0, n=2) == [1.0, 0.5]
+    rank1 = rank_rewards(gathered, weights, process_index=1, n=2)
     assert rank1[0] == 1.0 and math.isnan(rank1[1])  # no function scored the last row
-    assert all(math.isnan(r) for r in _rank_rewards(None, weights, process_index=0, n=2))
+    assert all(math.isnan(r) for r in rank_rewards(None, weights, process_index=0, n=2))
+    # ms-swift 4.0-4.3 hands back this rank's rows alone, whatever its index.
+    assert rank_rewards(gathered[2:], weights, process_index=1, n=2)[0] == 1.0
 
 
 def test_the_callback_writes_one_step_record_per_step_with_that_steps_train_log_only(tmp_path):

@@ -1,5 +1,10 @@
 """The ms-swift plugin in a real `swift rlhf --rlhf_type grpo` run on CPU (one process).
 
+The run loads the plugin file the package ships, by the path `python -m
+grpo_doctor.rank.integrations.swift_plugin --path` prints, beside the tests' own plugin file (their
+reward functions), and adds `--callbacks grpo_doctor`: as the README tells a user. Nothing of
+grpo-doctor may reach ms-swift's logging.jsonl or completions.jsonl.
+
 ms-swift cannot share grpo-doctor's test environment (ms-swift 4.6 asks for trl < 1.0 and
 transformers < 5.20; TRL's tests here use TRL 1.16), so it lives in its own virtual environment,
 .venv-swift, which the README's test command builds (constraints-swift.txt). Without it these
@@ -43,14 +48,21 @@ def job(tmp_path_factory) -> Path:
     return directory
 
 
+def shipped_plugin() -> str:
+    """The README's `$(python -m grpo_doctor.rank.integrations.swift_plugin --path)`, in .venv-swift."""
+    out = subprocess.run([str(SWIFT_VENV / "bin" / "python"), "-m", "grpo_doctor.rank.integrations.swift_plugin",
+                          "--path"], check=True, capture_output=True, text=True, timeout=60, env=clean_env())
+    return out.stdout.strip()
+
+
 def run_swift(job: Path, out: Path, reward: str, steps: int) -> LaunchedRun:
     cmd = [
         str(SWIFT_VENV / "bin" / "swift"), "rlhf", "--rlhf_type", "grpo", "--model", str(job / "model"),
         "--model_type", "llama", "--template", "default", "--use_hf", "true", "--dataset", str(job / "data.jsonl"),
         "--tuner_type", "full", "--torch_dtype", "float32", "--use_vllm", "false",
-        # grpo-doctor's part: the plugin file, the callback, and the rollout probe at weight 0.
-        "--external_plugins", str(HERE / "swift_plugin.py"), "--callbacks", "grpo_doctor",
-        "--reward_funcs", reward, "grpo_doctor_rollouts", "--reward_weights", "1", "0",
+        # grpo-doctor's part: the plugin file the package ships (after the tests' own) and the callback.
+        "--external_plugins", str(HERE / "swift_plugin.py"), shipped_plugin(), "--callbacks", "grpo_doctor",
+        "--reward_funcs", reward,
         "--max_steps", str(steps), "--num_generations", "4", "--per_device_train_batch_size", "4",
         "--max_completion_length", str(MAX_COMPLETION_LENGTH), "--temperature", "1.0", "--logging_steps", "1",
         "--log_completions", "true", "--output_dir", str(out / "out"), "--save_strategy", "no",
@@ -84,7 +96,7 @@ def constant(job, tmp_path_factory) -> LaunchedRun:
     return run_swift(job, tmp_path_factory.mktemp("swift-constant"), "always_one", steps=6)
 
 
-def test_the_plugin_records_ms_swifts_metrics_and_every_steps_rollouts(healthy):
+def test_the_shipped_plugin_records_ms_swifts_metrics_and_every_steps_rollouts_with_rewards(healthy):
     assert healthy.returncode == 0, healthy.explain()
     assert "rollouts not recorded" not in healthy.output
     log = healthy.run.ranks[0]
@@ -93,10 +105,12 @@ def test_the_plugin_records_ms_swifts_metrics_and_every_steps_rollouts(healthy):
     for s in steps:
         assert {"loss", "grad_norm", "reward", "reward_std", "frac_reward_zero_std", "kl",
                 "rewards/DigitShare/mean"} <= s.metrics.keys()
-        assert not any("GrpoDoctorRollouts" in key for key in s.metrics)  # the probe's NaN columns are dropped
     rollouts = {r.step: r for r in log.of_kind(Rollout)}
     assert sorted(rollouts) == [1, 2, 3]
-    for r in rollouts.values():
+    for n, r in rollouts.items():
+        # One process: the rank's rewards are the batch ms-swift logged as `reward`.
+        step_metrics = next(s.metrics for s in steps if s.step == n)
+        assert r.reward_mean == pytest.approx(step_metrics["reward"], rel=1e-5, abs=1e-6)
         # One prompt, its 4 copies on this rank, lengths in tokens from ms-swift's response_token_ids.
         assert (r.num_completions, r.group_ids, r.num_groups) == (4, [0, 0, 0, 0], 1)
         assert (r.max_length, r.temperature) == (MAX_COMPLETION_LENGTH, 1.0)
@@ -104,6 +118,16 @@ def test_the_plugin_records_ms_swifts_metrics_and_every_steps_rollouts(healthy):
         assert r.samples and r.samples[0]["prompt"].endswith("=")  # the conversation, system prompt first
     assert [r.tag for r in log.of_kind(Rng)][:1] == ["init"]
     assert log.end.reason == "shutdown" and log.open_path is None
+
+
+def test_nothing_of_grpo_doctor_reaches_ms_swifts_logged_metrics_or_completions(healthy):
+    assert healthy.returncode == 0, healthy.explain()
+    logs = {p.name: p for p in swift_logs(healthy)}
+    rows = [json.loads(line) for line in logs["logging.jsonl"].read_text().splitlines() if line.strip()]
+    assert any("rewards/DigitShare/mean" in row for row in rows), rows[:1]
+    assert not [key for row in rows for key in row if "grpo" in key.lower()]
+    completions = [json.loads(line) for line in logs["completions.jsonl"].read_text().splitlines() if line.strip()]
+    assert completions and not [key for row in completions for key in row if "grpo" in key.lower()]
 
 
 def test_a_healthy_ms_swift_run_gets_no_degenerate_rollout_finding(healthy, capsys):

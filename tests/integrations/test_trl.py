@@ -51,7 +51,9 @@ def rollouts_by_step(run: RunLog, rank: int) -> dict[int, Rollout]:
 @pytest.fixture(scope="module")
 def one_process(tmp_path_factory):
     """8 rows per step, num_generations 4: two whole groups on the one rank."""
-    return run_trl(tmp_path_factory.mktemp("trl1"), "--batch", "8", "--num-generations", "4")
+    tmp = tmp_path_factory.mktemp("trl1")
+    return run_trl(tmp, "--batch", "8", "--num-generations", "4", "--report-to", "tensorboard",
+                   "--log-history", str(tmp / "history.json"))
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +76,6 @@ def test_one_process_run_records_trls_metrics_and_rollouts_with_their_groups(one
     assert [s.step for s in steps] == list(range(1, STEPS + 1))
     for s in steps:
         assert {"loss", "grad_norm", "reward", "reward_std", "frac_reward_zero_std", "entropy"} <= s.metrics.keys()
-        assert not any("grpo_doctor_rollouts" in key for key in s.metrics)
     rollouts = rollouts_by_step(one_process.run, 0)
     assert sorted(rollouts) == list(range(1, STEPS + 1))
     for n, r in rollouts.items():
@@ -89,6 +90,25 @@ def test_one_process_run_records_trls_metrics_and_rollouts_with_their_groups(one
     assert {"train-step", "train-step/rollout", "train-step/reward"} <= paths
     assert [r.tag for r in log.of_kind(Rng)] == ["init"] + ["step"] * STEPS
     assert log.end.reason == "shutdown" and log.open_path is None
+
+
+@pytest.mark.slow
+def test_nothing_of_grpo_doctor_reaches_trls_logged_metrics_or_its_reporting_callbacks(one_process):
+    # What TRL keeps (state.log_history) and what a report_to callback received (TensorBoard's tags).
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    assert one_process.returncode == 0, one_process.explain()
+    tmp = one_process.run_dir.parent
+    history = json.loads((tmp / "history.json").read_text())
+    assert len(history) == STEPS + 1 and "rewards/digit_share/mean" in history[0]
+    assert not [key for entry in history for key in entry if "grpo_doctor" in key.lower()]
+    (events,) = (tmp / "out").rglob("events.out.tfevents.*")
+    accumulator = EventAccumulator(str(events))
+    accumulator.Reload()
+    tags = accumulator.Tags()["scalars"]
+    assert "train/reward" in tags and "train/rewards/digit_share/mean" in tags, tags
+    assert not [tag for tag in tags if "grpo_doctor" in tag.lower()], tags
+    assert rollouts_by_step(one_process.run, 0)  # and the rollouts were recorded (above, in detail)
 
 
 @pytest.mark.slow
@@ -162,8 +182,7 @@ def test_instrument_leaves_trls_rewards_advantages_and_training_unchanged(tmp_pa
     assert len(plain) == len(instrumented) == STEPS + 1  # a record per step and the run's summary
     timing = {"step_time", "train_runtime", "train_samples_per_second", "train_steps_per_second"}
     for before, after in zip(plain, instrumented, strict=True):
-        assert {k: v for k, v in before.items() if k not in timing} == {
-            k: v for k, v in after.items() if k not in timing and not k.startswith("rewards/grpo_doctor_rollouts/")}
+        assert {k: v for k, v in before.items() if k not in timing} == {k: v for k, v in after.items() if k not in timing}
     columns = ["step", "prompt", "completion", "digit_share", "advantage"]
     for n in range(1, STEPS + 1):
         name = f"completions/completions_{n:05d}.parquet"

@@ -7,7 +7,8 @@ TRL's per-process seed (`set_seed(seed, device_specific=True)`): the copies of a
 TRL spreads over the processes then come out identical, as in case 2 of CASES.md. `--plain` leaves
 the two lines out (the same training without grpo-doctor), `--log-completions` has TRL write each
 step's completions, rewards and advantages (out-dir/completions/*.parquet), `--log-history` writes
-TRL's logged metrics as JSON.
+TRL's logged metrics as JSON, `--report-to tensorboard` has the Trainer's own TensorBoard callback
+write them (out-dir/runs/).
 
 Typical use:
     python tests/integrations/trl_grpo.py --run-dir /tmp/run --out-dir /tmp/out
@@ -71,6 +72,7 @@ def main(argv=None) -> None:
     p.add_argument("--plain", action="store_true", help="without grpo-doctor: no instrument()")
     p.add_argument("--log-completions", action="store_true", help="TRL's completions parquet files in out-dir")
     p.add_argument("--log-history", default=None, help="write trainer.state.log_history here (JSON)")
+    p.add_argument("--report-to", default="none", help="the Trainer's report_to (none, tensorboard)")
     args = p.parse_args(argv)
 
     tokenizer = build_char_tokenizer()
@@ -78,7 +80,7 @@ def main(argv=None) -> None:
     config = GRPOConfig(
         output_dir=args.out_dir, max_steps=args.steps, per_device_train_batch_size=args.batch,
         num_generations=args.num_generations, max_completion_length=MAX_COMPLETION_LENGTH,
-        temperature=TEMPERATURE, logging_steps=1, report_to="none", use_cpu=True, bf16=False, fp16=False,
+        temperature=TEMPERATURE, logging_steps=1, report_to=args.report_to, use_cpu=True, bf16=False, fp16=False,
         save_strategy="no", seed=args.seed, use_vllm=False, disable_tqdm=True, log_completions=args.log_completions,
     )
     trainer = GRPOTrainer(

@@ -1,7 +1,8 @@
 """A `transformers.TrainerCallback` that records any Hugging Face Trainer with grpo-doctor.
 
 TRL's GRPOTrainer and ms-swift's trainers are Trainers, so this one callback serves both
-(`trl.instrument` and `swift.register` add it for you). What it records, on every rank:
+(`trl.instrument` and `swift.register` add it for you; it only reads the logs it is given,
+so nothing of grpo-doctor reaches the metrics the Trainer reports). What it records, on every rank:
 - init at train begin (rank numbers from torch.distributed, which the Trainer's accelerator has
   set up by then), and a shutdown at train end when it was the one that started recording;
 - one Step record per optimizer step, carrying the numbers the Trainer logged for that step
@@ -32,10 +33,6 @@ from transformers import TrainerCallback
 import grpo_doctor as gd
 
 STEP_PHASE = "train-step"
-PROBE_NAME = "grpo_doctor_rollouts"  # the rollout probe's name as a reward function (trl.py, swift.py)
-SWIFT_PROBE_CLASS = "GrpoDoctorRollouts"  # ms-swift names a reward function by its class
-# The probes' always-NaN reward columns in the Trainer's logs: noise, not the run's metrics.
-_PROBE_METRICS = (f"rewards/{PROBE_NAME}/", f"rewards/{SWIFT_PROBE_CLASS}/")
 
 
 class GrpoDoctorCallback(TrainerCallback):
@@ -112,11 +109,8 @@ class GrpoDoctorCallback(TrainerCallback):
 
 
 def numeric_metrics(logs: dict) -> dict[str, float | int]:
-    """The numbers of a Trainer log (NaN and inf kept: they are findings), less the probe's columns."""
-    return {
-        key: value for key, value in logs.items()
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and not key.startswith(_PROBE_METRICS)
-    }
+    """The numbers of a Trainer log (NaN and inf kept: they are findings)."""
+    return {key: value for key, value in logs.items() if isinstance(value, (int, float)) and not isinstance(value, bool)}
 
 
 def sampling_place(args) -> dict[str, int]:

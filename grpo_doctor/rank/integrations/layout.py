@@ -1,4 +1,4 @@
-"""Where a rank's completions sit in the GRPO batch, and their text, for the rollout probes.
+"""Where a rank's completions sit in the GRPO batch, their text and their rewards, for the rollout recorders.
 
 TRL's RepeatSampler (ms-swift uses the same one) lays the global generation batch out as
 `num_generations` consecutive copies of each prompt, and hands process p the rows
@@ -8,13 +8,19 @@ gathered rewards as (-1, num_generations) and slices process p's rows the same w
 group (p * n + i) // num_generations, and copies of one prompt that land on different ranks get
 the same group id on each.
 
+The rewards come as the trainers compute them, one column per reward function, gathered from
+all ranks (TRL; ms-swift >= 4.4) or this rank's alone (ms-swift 4.0-4.3); `rank_rewards` takes
+this rank's rows with the same process slice and weights them as the logged `reward` is.
+
 Typical use:
     ids = layout_group_ids(prompts, process_index=1, num_generations=4)  # rank 1, two rows -> [0, 0]
     text = as_text([{"role": "user", "content": "2+2="}])                # "user: 2+2="
+    rewards = rank_rewards(rewards_per_func, trainer.reward_weights, process_index=1, n=2)
 """
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 
@@ -45,3 +51,17 @@ def _content(content: Any) -> str:
     if isinstance(content, list):  # multimodal parts: keep the text, name the rest
         return "".join(p.get("text", f"<{p.get('type', '?')}>") if isinstance(p, dict) else str(p) for p in content)
     return "" if content is None else str(content)
+
+
+def rank_rewards(rewards_per_func, weights, process_index: int, n: int) -> list[float]:
+    """This rank's n total rewards: the weighted nansum of the reward functions' columns (torch
+    tensors), NaN where no function scored. A tensor of n rows is this rank's own; a larger one
+    holds every rank's, laid out by process index."""
+    if rewards_per_func is None:
+        return [math.nan] * n
+    rows = rewards_per_func if len(rewards_per_func) == n else rewards_per_func[process_index * n:(process_index + 1) * n]
+    if len(rows) != n:
+        return [math.nan] * n
+    totals = (rows * weights.to(rows.device).unsqueeze(0)).nansum(dim=1)
+    totals[rows.isnan().all(dim=1)] = math.nan
+    return totals.tolist()

@@ -1,39 +1,39 @@
-"""grpo-doctor as an ms-swift plugin: the callback through `--callbacks`, rollouts as a reward plugin.
+"""grpo-doctor as an ms-swift plugin: the callback through `--callbacks`, rollouts read from the trainer.
 
 ms-swift imports each file named by `--external_plugins` while it parses its arguments, before
-it builds the trainer (swift/arguments/base_args/base_args.py, `_import_external_plugins`, which
-imports the file by its name: call yours anything but swift.py). `register()`, called there, puts in:
-- the callback (callback.py: metrics from on_log, "train-step" phases, seed audits, memory):
-  ms-swift >= 4.0 as `callbacks_map["grpo_doctor"]` (swift/callbacks/mapping.py), which the
+it builds the trainer (swift/arguments/base_args/base_args.py, `_import_external_plugins`). The
+package ships such a file, which calls `register()`: `python -m grpo_doctor.rank.integrations.swift_plugin
+--path` prints where it is. `register()` puts the callback in:
+- ms-swift >= 4.0: as `callbacks_map["grpo_doctor"]` (swift/callbacks/mapping.py), which the
   trainer builds for `--callbacks grpo_doctor` as `callbacks_map[name](args, trainer)`
-  (swift/trainers/mixin.py, `_get_callbacks`); ms-swift 3.x as an instance appended to
-  `extra_callbacks` (swift/plugin/callback.py), which every trainer gets (swift/llm/train/sft.py);
-- the rollout probe as `orms["grpo_doctor_rollouts"]` (4.x swift/rewards/orm.py, 3.x
-  swift/plugin/orm.py), a reward function named in `--reward_funcs` with weight 0 in
-  `--reward_weights`. ms-swift calls it on every rank as `probe(completions, **kwargs)` with that
-  rank's samples: `messages` (the conversation, the completion last), `trainer_state`, the
-  dataset's columns and from 4.0 `response_token_ids`, flat for one turn, a list per turn for
-  several (swift/rl_core/grpo_algorithm.py,
-  `compute_rewards_per_func`; swift/rl_core/data.py, `to_reward_row`). It answers None, which
-  ms-swift turns into NaN and leaves out of its weighted nansum: training is unchanged (ms-swift
-  logs `rewards/GrpoDoctorRollouts/mean|std` as NaN; the callback drops them). Groups
-  follow TRL's RepeatSampler, which ms-swift samples with (layout.py).
-ms-swift passes no reward function the values of the others, so these rollouts are recorded
-with NaN rewards (completion hashes, groups, lengths and diversity are complete: enough for
-`seed-collision`); ms-swift's own `reward`, `reward_std` (there the mean of the group stds) and
-`frac_reward_zero_std` reach the Step records through the callback. Evaluation rollouts are
-recorded too: a reward function cannot tell them from training's.
+  (swift/trainers/mixin.py, `_get_callbacks`). Given the trainer, the callback (callback.py:
+  metrics from on_log, "train-step" phases, seed audits, memory) also wraps a GRPO trainer's
+  `_compute_rewards_per_func(samples)`, which ms-swift calls on every rank with that rank's
+  samples (their `messages`, the completion last, and `response_token_ids`) and which returns
+  every reward function's rewards: gathered from all ranks from 4.4 on, this rank's own in
+  4.0-4.3 (swift/rlhf_trainers/grpo_trainer.py). The wrapper hands them back untouched and calls
+  `grpo_doctor.rollouts()` with this rank's rows weighted by `--reward_weights` (ms-swift's
+  logged `reward`), the groups of TRL's RepeatSampler, which ms-swift samples with (layout.py),
+  `max_completion_length` and `temperature`. No reward function is added, so nothing of
+  grpo-doctor reaches ms-swift's logged metrics or completions table;
+- ms-swift 3.x: as an instance appended to `extra_callbacks` (swift/plugin/callback.py), which
+  every trainer gets (swift/llm/train/sft.py), but without the trainer: metrics, phases, seeds
+  and memory, no rollouts (one line says so).
+Evaluation batches are not recorded. Under DAPO's dynamic sampling every resampled batch is
+recorded at the step it belongs to; with `dynamic_num_samples` (multi-turn, variable sample
+counts) the rewards cannot be sliced per rank and are recorded as NaN. ms-swift 4.0-4.3 with a
+gym environment scores without `_compute_rewards_per_func`: no rollouts there.
 
 Run against ms-swift 4.6.0 (tests/integrations/test_swift_run.py: `swift rlhf` on CPU, one
-process, in its own environment); the 3.x registries are read from its source (before the v4
-refactor, commit 67ae6076) and have not been run.
+process, in its own environment); 4.0-4.5 and the 3.x registries are read from their source and
+have not been run.
 
-Typical use, a plugin file grpo_doctor_plugin.py:
+Typical use:
+    swift rlhf --rlhf_type grpo ... --callbacks grpo_doctor \
+        --external_plugins $(python -m grpo_doctor.rank.integrations.swift_plugin --path)
+or, in a plugin file of one's own (any name but swift.py):
     from grpo_doctor.rank.integrations.swift import register
     register()
-and then
-    swift rlhf --rlhf_type grpo ... --external_plugins grpo_doctor_plugin.py --callbacks grpo_doctor \
-        --reward_funcs accuracy grpo_doctor_rollouts --reward_weights 1 0
 """
 from __future__ import annotations
 
@@ -43,51 +43,80 @@ import os
 
 import grpo_doctor as gd
 from grpo_doctor.rank import api
-from grpo_doctor.rank.identity import process_group
-from grpo_doctor.rank.integrations.callback import PROBE_NAME, GrpoDoctorCallback
-from grpo_doctor.rank.integrations.layout import as_text, layout_group_ids
+from grpo_doctor.rank.integrations.callback import GrpoDoctorCallback
+from grpo_doctor.rank.integrations.layout import as_text, layout_group_ids, rank_rewards
 
 CALLBACK_NAME = "grpo_doctor"
+_HOOK = "_compute_rewards_per_func"
 
 
 class SwiftCallback(GrpoDoctorCallback):
-    """GrpoDoctorCallback built the way ms-swift >= 4.0 builds a `--callbacks` entry: (args, trainer)."""
+    """GrpoDoctorCallback built the way ms-swift >= 4.0 builds a `--callbacks` entry: (args, trainer);
+    with a GRPO trainer it also records the rollouts (module docstring)."""
 
-    def __init__(self, args=None, trainer=None, **kwargs) -> None:
+    def __init__(self, args=None, trainer=None, *, num_samples: int = 4, **kwargs) -> None:
         super().__init__(**kwargs)
         self.args = args
         self.trainer = trainer
+        self.records_rollouts = trainer is not None and record_rollouts(trainer, num_samples=num_samples)
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        super().on_train_begin(args, state, control, **kwargs)
+        if self.trainer is None and hasattr(args, "num_generations"):  # GRPO's arguments
+            api._say("ms-swift 3.x hands a callback no trainer: rollouts are not recorded (ms-swift >= 4.0 "
+                     "with --callbacks grpo_doctor records them)")
 
 
-class GrpoDoctorRollouts:  # the name ms-swift logs its rewards under: callback.SWIFT_PROBE_CLASS
-    """A zero-weight ms-swift reward function (ORM) that hands this rank's rollouts to grpo_doctor.rollouts()."""
+def record_rollouts(trainer, *, num_samples: int = 4) -> bool:
+    """Wrap the trainer's `_compute_rewards_per_func` to record each training batch; False where it has none."""
+    compute = getattr(trainer, _HOOK, None)
+    if compute is None or isinstance(compute, RewardsRecorder):
+        return False
+    setattr(trainer, _HOOK, RewardsRecorder(trainer, compute, num_samples=num_samples))
+    return True
 
-    def __init__(self, args=None, num_samples: int = 4, **kwargs) -> None:
-        self.args = args  # ms-swift's GRPOConfig
+
+class RewardsRecorder:
+    """Stands in for ms-swift's `_compute_rewards_per_func`: returns what it returns, and records the samples."""
+
+    def __init__(self, trainer, compute, *, num_samples: int = 4) -> None:
+        functools.update_wrapper(self, compute)
+        self.trainer = trainer
+        self.compute = compute
         self.num_samples = num_samples
 
-    def __call__(self, completions, messages=None, trainer_state=None, response_token_ids=None, **kwargs):
-        try:
-            self._record(completions, messages, trainer_state, response_token_ids)
-        except Exception as exc:  # an observer must not stop training
-            api._say(f"rollouts not recorded ({type(exc).__name__}: {exc})")
-        return [None] * len(completions)
+    def __call__(self, samples, *args, **kwargs):
+        with gd.phase("reward"):
+            rewards_per_func = self.compute(samples, *args, **kwargs)
+        if self.trainer.model.training:
+            try:
+                self.record(samples, rewards_per_func)
+            except Exception as exc:  # an observer must not stop training
+                api._say(f"rollouts not recorded ({type(exc).__name__}: {exc})")
+        return rewards_per_func
 
-    def _record(self, completions, messages, trainer_state, response_token_ids) -> None:
-        n = len(completions)
-        prompts = [as_text(m[:-1]) for m in messages] if messages is not None else [""] * n
-        ids = None
-        if response_token_ids is not None and len(response_token_ids) == n:
-            ids = [_joined_turns(sample) for sample in response_token_ids]
-        args = self.args
+    def record(self, samples, rewards_per_func) -> None:
+        trainer, args = self.trainer, self.trainer.args
+        tokenizer = getattr(trainer, "processing_class", None)
+        messages = [_field(s, "messages") for s in samples]
+        prompts = [as_text(m[:-1]) for m in messages]
+        completions = [_completion_text(m[-1].get("content"), tokenizer) for m in messages]
+        n = len(samples)
+        token_ids = [_field(s, "response_token_ids") for s in samples]
+        ids = None  # all or none: lengths in tokens and in characters cannot be mixed
+        if all(t is not None for t in token_ids) and (any(token_ids) or not any(completions)):
+            ids = [_joined_turns(t) for t in token_ids]
+        index = trainer.accelerator.process_index
+        rewards = [math.nan] * n
+        if not getattr(trainer, "dynamic_num_samples", False):
+            rewards = rank_rewards(rewards_per_func, trainer.reward_weights, index, n)
         num_generations = getattr(args, "num_generations", None)
-        group_ids = layout_group_ids(prompts, _process_index(), num_generations) if num_generations else None
+        group_ids = layout_group_ids(prompts, index, num_generations) if num_generations else None
         gd.rollouts(
-            prompts, [as_text(c) for c in completions], [math.nan] * n, group_ids, completion_ids=ids,
+            prompts, completions, rewards, group_ids, completion_ids=ids,
             # The limit is in tokens: without token ids the lengths are characters and cannot be compared.
             max_length=getattr(args, "max_completion_length", None) if ids is not None else None,
-            temperature=getattr(args, "temperature", None),
-            step=trainer_state.global_step + 1 if trainer_state is not None else None,
+            temperature=getattr(args, "temperature", None), step=trainer.state.global_step + 1,
             num_samples=self.num_samples,
         )
 
@@ -96,39 +125,50 @@ def register(
     *,
     run_dir: str | os.PathLike | None = None,
     callbacks_map: dict | None = None,
-    orms: dict | None = None,
     extra_callbacks: list | None = None,
     compare_seeds_across_ranks: bool = True,
 ) -> None:
-    """Register the callback and the rollout probe with ms-swift (or into the registries given).
+    """Register the callback with ms-swift (or into the registries given).
 
     compare_seeds_across_ranks: the callback gathers the train-begin seed audit and rank 0 prints
     ranks sharing a seed (a collective: ms-swift imports the plugin file in every process).
     """
-    if callbacks_map is None and orms is None and extra_callbacks is None:
-        callbacks_map, orms, extra_callbacks = _swift_registries()
+    if callbacks_map is None and extra_callbacks is None:
+        callbacks_map, extra_callbacks = _swift_registries()
     options = {"run_dir": run_dir, "compare_seeds_across_ranks": compare_seeds_across_ranks}
     if callbacks_map is not None:
         callbacks_map[CALLBACK_NAME] = functools.partial(SwiftCallback, **options)
     if extra_callbacks is not None:
         extra_callbacks.append(SwiftCallback(**options))
-    if orms is not None:
-        orms[PROBE_NAME] = GrpoDoctorRollouts
 
 
-def _swift_registries() -> tuple[dict | None, dict, list | None]:
+def _swift_registries() -> tuple[dict | None, list | None]:
     try:
         from swift.callbacks import callbacks_map  # ms-swift >= 4.0
-        from swift.rewards import orms
-        return callbacks_map, orms, None
+        return callbacks_map, None
     except ImportError:
         pass
     try:
-        from swift.plugin import extra_callbacks, orms  # ms-swift 3.x
+        from swift.plugin import extra_callbacks  # ms-swift 3.x
     except ImportError:
         raise ImportError("grpo_doctor.rank.integrations.swift.register() needs ms-swift in this environment "
                           "(pip install ms-swift); or pass the registries to fill") from None
-    return None, orms, extra_callbacks
+    return None, extra_callbacks
+
+
+def _field(sample, name: str):
+    """A sample's field: ms-swift >= 4.4 hands GRPOSample objects, 4.0-4.3 dicts."""
+    return sample.get(name) if isinstance(sample, dict) else getattr(sample, name, None)
+
+
+def _completion_text(content, tokenizer) -> str:
+    """The completion as text; ms-swift may leave token ids in its place (as its `_log_rollout` decodes)."""
+    if isinstance(content, str):
+        return content
+    ids = content.get("token_ids") if isinstance(content, dict) else content
+    if tokenizer is not None and isinstance(ids, list) and all(isinstance(i, int) for i in ids):
+        return tokenizer.decode(ids)
+    return as_text(content)
 
 
 def _joined_turns(sample: list) -> list[int]:
@@ -137,8 +177,3 @@ def _joined_turns(sample: list) -> list[int]:
     if not sample or not isinstance(sample[0], (list, tuple)):
         return list(sample)
     return [token for turn in sample for token in turn]
-
-
-def _process_index() -> int:
-    dist = process_group()
-    return dist.get_rank() if dist is not None else 0
