@@ -1,8 +1,9 @@
 """Every fault the reference trainer can inject gets the right finding, naming the right rank.
 
 Each case runs the real thing: `grpo-doctor demo` (torchrun, two gloo ranks on the CPU) with one
-`--inject` spec, and for hang, desync and crash also `grpo-doctor watch -- torchrun ... -m
-trainer.train`. The verdict is read back from the run's findings.json. `leading` is the finding a
+`--inject` spec, and for desync and crash also `grpo-doctor watch -- torchrun ... -m
+trainer.train` (watch's hang is `grpo-doctor demo`'s own default scenario, tests/cli/test_demo.py;
+the demo's raised crash, tests/cli/test_demo.py too). The verdict is read back from the run's findings.json. `leading` is the finding a
 person reads first (the root cause once findings are grouped into incidents); where the leading
 finding is not yet the expected one, the test checks that the expected finding is present.
 Slow (about 20-50 s a run): run one at a time.
@@ -108,7 +109,6 @@ def test_demo_slow_rank_is_a_straggler_in_rollout(tmp_path):
 
 
 @pytest.mark.parametrize(("spec", "steps", "finding_id", "ranks"), [
-    ("crash:rank=1,step=1", 3, "rank-crash", (1,)),
     ("crash:rank=1,step=1,how=sigkill", 3, "rank-crash", (1,)),
     ("nan-loss:step=1", 3, "nan-loss", None),
     ("constant-reward", 6, "constant-reward", None),
@@ -123,23 +123,6 @@ def test_demo_faults_that_already_worked_still_lead(tmp_path, spec, steps, findi
 
 
 # --- watch: the same faults with stacks ------------------------------------------------------------
-
-def test_watch_hang_names_the_stuck_rank_and_shows_its_own_frames(tmp_path):
-    out, findings = run_watch(tmp_path, "hang:rank=1,phase=rollout,step=1", steps=3, dist_timeout_s="600")
-    assert out.returncode == HANG_EXIT, out.stderr[-3000:]
-    f = named(findings, "hang", (1,))
-    assert (f.phase, f.step) == ("rollout", 1)
-    code = {int(r): c for r, c in f.evidence["culprit_code"].items()}
-    assert code[1]["in_user_code"] and "_block_forever" in code[1]["where"], f.evidence
-    stack = {int(r): s for r, s in f.evidence["culprit_stacks"].items()}[1]
-    assert any("_block_forever" in frame for frame in stack)
-    assert not any("grpo_doctor/rank" in frame or "sink.py" in frame for frame in stack)
-    assert (leading(findings).id, leading(findings).ranks) == ("hang", (1,)), summary(findings)
-    # the stacks a person reads leave grpo-doctor's own threads out
-    (hang_file,) = (tmp_path / "run" / "supervisor").glob("*/hang-1.json")
-    for text in Path(json.loads(hang_file.read_text())["stack_dirs"][-1]).glob("rank-*.txt"):
-        assert "grpo-doctor-flush" not in text.read_text()
-
 
 def test_watch_desync_names_the_rank_that_called_the_extra_collective(tmp_path):
     out, findings = run_watch(tmp_path, "desync:rank=1,step=1", steps=3, dist_timeout_s="600")

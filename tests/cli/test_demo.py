@@ -1,6 +1,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from helpers import clean_env
@@ -14,9 +15,15 @@ from grpo_doctor.schema import Step
 def test_demo_by_default_catches_the_hung_rank_under_watch_and_points_at_the_report(tmp_path):
     out = subprocess.run(
         [sys.executable, "-m", "grpo_doctor.cli.main", "demo", "--steps", "4", "--out", str(tmp_path / "demo")],
-        env=clean_env(), cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        # --out wins over GRPO_DOCTOR_RUN_DIR, which the trainer would otherwise obey.
+        env=clean_env(GRPO_DOCTOR_RUN_DIR=str(tmp_path / "exported")), cwd=tmp_path, capture_output=True, text=True,
+        timeout=300,
     )
     assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
+    assert not (tmp_path / "exported").exists()
+    healthy = load_run([tmp_path / "demo" / "healthy"])
+    assert sorted(healthy.ranks) == [0, 1] and not healthy.warnings
+    assert all(len(log.of_kind(Step)) == 4 for log in healthy.ranks.values())
     assert "1/2 the job as it should run ... exit status 0, no findings" in out.stdout
     # watch's verdict: the rank the others wait for, and the injected reward-function stall on its stack
     assert "grpo-doctor:   the others wait for: rank 1 in reward at step 2" in out.stdout
@@ -32,6 +39,15 @@ def test_demo_by_default_catches_the_hung_rank_under_watch_and_points_at_the_rep
     findings = json.loads((tmp_path / "demo" / "hang" / "findings.json").read_text())["findings"]
     hang = next(f for f in findings if f["id"] == "hang")
     assert hang["ranks"] == [1] and hang["phase"] == "reward" and hang["step"] == 2
+    assert next((f for f in findings if f["role"] == "root-cause"), findings[0])["id"] == "hang"
+    assert hang["evidence"]["culprit_code"]["1"]["in_user_code"]
+    stack = hang["evidence"]["culprit_stacks"]["1"]
+    assert any("_block_forever" in frame for frame in stack)
+    assert not any("grpo_doctor/rank" in frame or "sink.py" in frame for frame in stack)
+    # the stacks a person reads leave grpo-doctor's own threads out
+    (hang_file,) = (tmp_path / "demo" / "hang" / "supervisor").glob("*/hang-1.json")
+    texts = list(Path(json.loads(hang_file.read_text())["stack_dirs"][-1]).glob("rank-*.txt"))
+    assert len(texts) == 2 and not any("grpo-doctor-flush" in t.read_text() for t in texts)
     assert json.loads((tmp_path / "demo" / "healthy" / "findings.json").read_text())["findings"] == []
 
 
@@ -46,25 +62,6 @@ def test_demo_refuses_inject_with_a_scenario_in_one_line(tmp_path):
 
 
 @pytest.mark.distributed
-def test_demo_trains_two_cpu_ranks_into_out_even_with_a_run_dir_exported(tmp_path):
-    # The flag wins over GRPO_DOCTOR_RUN_DIR, which the trainer would otherwise obey.
-    out = subprocess.run(
-        [sys.executable, "-m", "grpo_doctor.cli.main", "demo", "--scenario", "healthy", "--steps", "2",
-         "--out", str(tmp_path / "run")],
-        env=clean_env(GRPO_DOCTOR_RUN_DIR=str(tmp_path / "exported")), cwd=tmp_path, capture_output=True, text=True,
-        timeout=300,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert not (tmp_path / "exported").exists()
-    assert f"run directory: {tmp_path / 'run'}" in out.stdout
-    assert "no findings: nothing known to go wrong was seen" in out.stdout
-    assert (tmp_path / "run" / "report.html").is_file() and (tmp_path / "run" / "findings.json").is_file()
-    run = load_run([tmp_path / "run"])
-    assert sorted(run.ranks) == [0, 1] and not run.warnings
-    assert all(len(log.of_kind(Step)) == 2 for log in run.ranks.values())
-
-
-@pytest.mark.distributed
 def test_demo_with_an_injected_crash_fails_and_names_the_rank(tmp_path):
     out = subprocess.run(
         [sys.executable, "-m", "grpo_doctor.cli.main", "demo", "--steps", "3", "--out", str(tmp_path / "run"),
@@ -75,6 +72,9 @@ def test_demo_with_an_injected_crash_fails_and_names_the_rank(tmp_path):
     rank1 = next(line for line in out.stdout.splitlines() if line.strip().startswith("1 "))
     assert "RuntimeError in backward" in rank1
     assert "CRITICAL rank-crash: rank(s) 1 crashed: RuntimeError in backward at step 1" in out.stdout
+    findings = json.loads((tmp_path / "run" / "findings.json").read_text())["findings"]
+    lead = next((f for f in findings if f["role"] == "root-cause"), findings[0])
+    assert (lead["id"], lead["ranks"]) == ("rank-crash", [1])
 
 
 def test_demo_rejects_a_malformed_inject_spec_in_one_line(tmp_path):

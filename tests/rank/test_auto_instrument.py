@@ -16,7 +16,7 @@ SITE = str(site_dir())
 
 # A torchrun script as users write them: no grpo_doctor anywhere.
 DISTRIBUTED_JOB = """
-    import torch, torch.distributed as dist
+    import sys, torch, torch.distributed as dist
     dist.init_process_group("gloo")
     torch.manual_seed(0)
     actor, critic = torch.nn.Linear(4, 1), torch.nn.Linear(4, 1)
@@ -34,7 +34,9 @@ DISTRIBUTED_JOB = """
     dist.barrier()
     ranks = [None] * dist.get_world_size()
     dist.all_gather_object(ranks, dist.get_rank())
-    print("gathered", ranks, flush=True)
+    # One write per line: two ranks share the pipe, and print() writes its parts one by one.
+    sys.stdout.write(f"gathered {ranks}\\n")
+    sys.stdout.flush()
     dist.destroy_process_group()
 """
 

@@ -5,8 +5,10 @@ Each test starts a local Ray instance from the wrapped command (`ray.init()`), s
 15-40 s: they are few, and each checks everything a user would see of its failure.
 """
 import json
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -44,8 +46,8 @@ def test_an_actor_stuck_in_its_reward_function_is_caught_named_by_its_role_and_a
     """The issue's own case: OpenRLHF-style actors (RANK set inside the actor), zero-code instrumentation."""
     endpoint = Endpoint()
     try:
-        proc, run_dir = watch(tmp_path, "hang-reward", "--instrument", "--hang-timeout", "15", "--on-hang", "kill",
-                              "--notify", endpoint.url)
+        proc, run_dir = watch(tmp_path, "hang-reward", "--instrument", "--hang-timeout", "15", "--second-look", "2",
+                              "--on-hang", "kill", "--notify", endpoint.url)
     finally:
         endpoint.close()
     out = proc.stderr
@@ -96,9 +98,12 @@ def test_one_watch_per_node_around_ray_start_catches_a_hang_of_a_job_submitted_t
     run_dir, port = tmp_path / "run", free_port()
     env = ray_env(FAULT="hang-reward")
     ray = str(Path(sys.executable).parent / "ray")
+    # Its own temp dir (short: Ray's socket paths must fit 107 bytes), so that the address `ray start`
+    # leaves behind is never found by another test's ray.init().
+    temp_dir = tempfile.mkdtemp(prefix="ray", dir="/tmp")
     node = subprocess.Popen([*GRPO_DOCTOR, "watch", "--run-dir", str(run_dir), "--instrument", "--hang-timeout", "8",
                              "--second-look", "2", "--on-hang", "kill", "--", ray, "start", "--head", "--block", "--num-cpus", "3",
-                             "--port", str(port), "--include-dashboard", "false"],
+                             "--port", str(port), "--include-dashboard", "false", "--temp-dir", temp_dir],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     driver = None
     try:
@@ -116,6 +121,7 @@ def test_one_watch_per_node_around_ray_start_catches_a_hang_of_a_job_submitted_t
             if proc is not None and proc.poll() is None:
                 proc.kill()
                 proc.wait(timeout=30)
+        shutil.rmtree(temp_dir, ignore_errors=True)
     assert node.returncode == 124, out[-3000:]
     hang = json.loads(next((run_dir / "supervisor").glob("*/hang-1.json")).read_text())
     assert hang["culprits"] == [1] and hang["ranks"]["1"]["role"].startswith("ray::PolicyWorker")

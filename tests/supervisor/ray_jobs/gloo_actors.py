@@ -67,7 +67,8 @@ def main() -> int:
     if os.environ.get("RAY_ADDRESS"):  # a cluster started by `ray start` (under one watch per node)
         ray.init()
     else:
-        ray.init(num_cpus=3, include_dashboard=False, log_to_driver=True)
+        # "local": a new instance even where an earlier `ray start` left its address in /tmp/ray.
+        ray.init(address="local", num_cpus=3, include_dashboard=False, log_to_driver=True)
     def options(rank):
         if os.environ.get("RANK_FROM") == "runtime-env":
             return {"runtime_env": {"env_vars": {"RANK": str(rank), "WORLD_SIZE": "2"}}}
