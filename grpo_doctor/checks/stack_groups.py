@@ -65,7 +65,7 @@ _DRIVE = re.compile(r"[A-Za-z]:/")
 # Packages recognised in py-spy's short filenames, which drop the site-packages part.
 _KNOWN_LIBRARIES = frozenset({
     "torch", "torchvision", "transformers", "vllm", "deepspeed", "trl", "accelerate", "peft", "datasets",
-    "tokenizers", "safetensors", "huggingface_hub", "ray", "grpo_doctor", "numpy", "triton", "flash_attn", "xformers",
+    "tokenizers", "safetensors", "huggingface_hub", "ray", "numpy", "triton", "flash_attn", "xformers",
     "megatron", "apex", "zmq", "uvloop", "tornado", "grpo_doctor", "swift", "verl", "sglang", "tqdm",
 })
 
