@@ -42,10 +42,14 @@ MAX_FR_FILES_LISTED = 64
 def hang_lines(report: HangReport) -> list[str]:
     """What watch prints about a hang, a few lines."""
     ranks = report.ranks
-    out = [f"hang on {report.host}: no progress from rank(s) {format_ranks(ranks)}"]
+    whose = f"rank(s) {format_ranks(ranks)}" if ranks else "the job's Ray workers (no rank known)"
+    out = [f"hang on {report.host}: no progress from {whose}"]
     if report.culprits:
         where = "; ".join(f"rank {r}{_role(ranks[r].role)}{_where(ranks[r])}" for r in report.culprits if r in ranks)
         out.append(f"  the others wait for: {where}")
+    elif waited_for := [a for a in report.actors if a.get("waited_for")]:
+        out.append("  the others wait for: " + "; ".join(f"Ray worker pid {a.get('pid')} ({a.get('role')})"
+                                                         for a in waited_for))
     out += [f"  {line}" for line in report.groups]
     stuck, moving = report.ranks_with_verdict("stuck"), report.ranks_with_verdict("moving")
     if stuck or moving:
@@ -76,12 +80,13 @@ def _where(info: HangRank) -> str:
     return f" in {info.open_phase or 'no phase'} at step {info.step}"
 
 
-def _actor_row(pid: int, role: str, verdict: str, capture: StackCapture | None) -> dict[str, Any]:
+def _actor_row(pid: int, role: str, verdict: str, capture: StackCapture | None, waited_for: bool) -> dict[str, Any]:
     """A Ray worker with no rank at the hang; one waiting in Ray's task loop is idle, not stuck."""
     main = capture.main_thread() if capture is not None and capture.ok else None
     if main is not None and is_idle_in_event_loop(main):
         verdict = "idle (waiting for a task)"
-    return {"pid": pid, "role": role, "verdict": verdict, "where": headline(main.frames) if main else None}
+    row = {"pid": pid, "role": role, "verdict": verdict, "where": headline(main.frames) if main else None}
+    return row | ({"waited_for": True} if waited_for else {})
 
 
 def investigate(
@@ -124,7 +129,10 @@ def investigate(
     context.update({r: info.role for r, info in ranks.items() if info.step is None and info.role})
     context.update({key: actors[-key] for key in targets if key < 0})
     captured = {c.rank: c for c in second}
-    actor_rows = tuple(_actor_row(-key, actors[-key], verdicts.get(key, "unknown"), captured.get(key))
+    # With no rank known (an uninstrumented OpenRLHF-style job), the workers doing something else while
+    # others wait in a collective are the ones waited for, as culprit_ranks says of ranks.
+    waited_for = {-r for r in culprit_ranks(groups) if r < 0} if not any(r >= 0 for r in culprit_ranks(groups)) else set()
+    actor_rows = tuple(_actor_row(-key, actors[-key], verdicts.get(key, "unknown"), captured.get(key), -key in waited_for)
                        for key in sorted(targets, reverse=True) if key < 0)
     return HangReport(
         host=socket.gethostname(),

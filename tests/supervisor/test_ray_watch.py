@@ -92,16 +92,18 @@ def test_a_task_that_raises_names_its_rank_and_the_exception(tmp_path):
 
 
 
-def test_one_watch_per_node_around_ray_start_catches_a_hang_of_a_job_submitted_to_the_cluster(tmp_path):
+def test_one_watch_per_node_around_ray_start_catches_a_hang_even_where_no_rank_is_known(tmp_path):
     """A multi-node Ray cluster as verl and OpenRLHF users start one: `ray start --block` under watch on
-    every node, the driver started elsewhere. Here one node; its workers are watch's, the driver is not."""
+    every node, the driver started elsewhere. Here one node; its workers are watch's, the driver is not.
+    Not instrumented, and RANK set inside the actors (OpenRLHF): no rank can be known from outside, so
+    the Ray workers themselves are looked at, and the one the others wait for is named by pid and role."""
     run_dir, port = tmp_path / "run", free_port()
     env = ray_env(FAULT="hang-reward")
     ray = str(Path(sys.executable).parent / "ray")
     # Its own temp dir (short: Ray's socket paths must fit 107 bytes), so that the address `ray start`
     # leaves behind is never found by another test's ray.init().
     temp_dir = tempfile.mkdtemp(prefix="ray", dir="/tmp")
-    node = subprocess.Popen([*GRPO_DOCTOR, "watch", "--run-dir", str(run_dir), "--instrument", "--hang-timeout", "8",
+    node = subprocess.Popen([*GRPO_DOCTOR, "watch", "--run-dir", str(run_dir), "--hang-timeout", "10",
                              "--second-look", "2", "--on-hang", "kill", "--", ray, "start", "--head", "--block", "--num-cpus", "3",
                              "--port", str(port), "--include-dashboard", "false", "--temp-dir", temp_dir],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -123,6 +125,11 @@ def test_one_watch_per_node_around_ray_start_catches_a_hang_of_a_job_submitted_t
                 proc.wait(timeout=30)
         shutil.rmtree(temp_dir, ignore_errors=True)
     assert node.returncode == 124, out[-3000:]
+    assert "hang on" in out and "no progress from the job's Ray workers (no rank known)" in out
     hang = json.loads(next((run_dir / "supervisor").glob("*/hang-1.json")).read_text())
-    assert hang["culprits"] == [1] and hang["ranks"]["1"]["role"].startswith("ray::PolicyWorker")
-    assert [f["ranks"] for f in findings(run_dir) if f["id"] == "hang"] == [[1]]
+    assert hang["ranks"] == {} and len(hang["actors"]) == 3
+    (waited_for,) = [a for a in hang["actors"] if a.get("waited_for")]
+    assert waited_for["role"].startswith("ray::PolicyWorker") and "reward" in waited_for["where"]
+    assert f"the others wait for: Ray worker pid {waited_for['pid']} (ray::PolicyWorker" in out
+    (finding,) = [f for f in findings(run_dir) if f["id"] == "hang"]
+    assert f"the other Ray workers wait for pid {waited_for['pid']}" in finding["title"]

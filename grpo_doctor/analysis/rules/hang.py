@@ -101,6 +101,8 @@ def _from_watch(run: Evidence) -> Iterator[Finding]:
         elif odd:
             title = (f"hang on {host}: rank(s) {format_ranks(odd)} wait{where}{at} in a different collective from "
                      f"the other ranks (see collective-mismatch)")
+        elif not ranks_info and report.actors:
+            title = _ray_workers_title(host, report.actors)
         else:
             title = f"hang on {host}: no progress from rank(s) {format_ranks(named)}{where}{at}"
         yield Finding(
@@ -118,6 +120,16 @@ def _from_watch(run: Evidence) -> Iterator[Finding]:
                       **({"ray_workers_without_rank": list(report.actors)} if report.actors else {})},
             hints=hints_for(run),
         )
+
+
+def _ray_workers_title(host: str | None, actors: tuple[dict, ...]) -> str:
+    """A Ray job whose ranks watch could not know (RANK set inside the actors, not instrumented)."""
+    waited_for = [a for a in actors if a.get("waited_for")]
+    if not waited_for:
+        return f"hang on {host}: no progress from the job's {len(actors)} Ray worker(s) (no rank known)"
+    lead = waited_for[0]
+    return (f"hang on {host}: the other Ray workers wait for pid {lead.get('pid')} ({lead.get('role')}), at "
+            f"{lead.get('where') or 'no stack'} (no rank known: `watch --instrument` names the ranks)")
 
 
 def _odd_collective_ranks(run: Evidence, captures: list, ranks_info: dict[int, HangRank]) -> list[int]:
