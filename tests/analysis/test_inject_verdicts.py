@@ -111,8 +111,8 @@ def test_demo_slow_rank_is_a_straggler_in_rollout(tmp_path):
 @pytest.mark.parametrize(("spec", "steps", "finding_id", "ranks"), [
     ("crash:rank=1,step=1,how=sigkill", 3, "rank-crash", (1,)),
     ("nan-loss:step=1", 3, "nan-loss", None),
-    ("constant-reward", 6, "constant-reward", None),
-    ("same-seed-per-node", 3, "seed-collision", None),
+    # constant-reward and seed-collision are found in real runs of ms-swift and TRL (tests/integrations);
+    # not run again here, to keep the suite under 30 minutes.
 ])
 def test_demo_faults_that_already_worked_still_lead(tmp_path, spec, steps, finding_id, ranks):
     findings = run_demo(tmp_path, spec, steps)
