@@ -14,12 +14,13 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from grpo_doctor.logs import cluster, faults, nccl, oom, rendezvous, torchrun, vllm
+from grpo_doctor.logs import cluster, faults, gpu_faults, nccl, oom, rendezvous, torchrun, vllm
 from grpo_doctor.logs.joiner import JoinSpec
 from grpo_doctor.logs.kinds import (
     CHILD_FAILED,
     CUDA_FAULT,
     CUDA_OOM,
+    GPU_FAULT,
     HOST_OOM,
     NCCL_ERROR,
     NCCL_TIMEOUT,
@@ -54,6 +55,7 @@ KEYWORDS = (
     "waitForInput",  # a c10d store read that timed out ("Socket Timeout" has "ocket")
     *faults.KEYWORDS,  # CUDA faults, rollout-engine, Ray actor and process deaths
     *cluster.KEYWORDS,  # Slurm and Kubernetes kills
+    *gpu_faults.KEYWORDS,  # the NVIDIA driver's Xid events in the kernel log
 )
 # `is_hot`'s first test per keyword: the first of these bytes the keyword holds, in this order
 # (rarest in training logs first, counted over the benchmark's log and tests/data). Keywords with
@@ -103,6 +105,9 @@ JOIN_SPECS = (
              ("repr=", "actor_id", "pid=", "ip="), 3, (HEADER,)),
     # "Timeout at NCCL work: 2070, last enqueued " / "NCCL work: 2082, last completed NCCL work: 2069."
     JoinSpec(NCCL_WATCHDOG_STATUS, nccl.starts_status, nccl.status_complete, nccl.STATUS_VOCABULARY, 3, (HEADER,)),
+    # Newer drivers print "NVRM: The NVIDIA GPU 0000:b3:00.0" / "NVRM: (PCI ID: ...) installed in this
+    # system has" / "NVRM: fallen off the bus and is not responding to commands."
+    JoinSpec(GPU_FAULT, gpu_faults.starts_fallen, gpu_faults.fallen_complete, ("NVRM:",), 4, (HEADER,)),
     *(JoinSpec(VLLM_MEMORY, lambda t, s=start: s in t, lambda t, e=ends: any(x in t for x in e),
                _VLLM_VOCABULARY, 3, (HEADER,)) for start, ends in vllm.JOINS),
 )
@@ -155,6 +160,8 @@ def _detect(text: str) -> list[tuple[str, dict[str, Any]]]:
         found.append((CUDA_FAULT, faults.parse_cuda_fault(text)))
     if any(word in text for word in faults.DEATH_WORDS):
         found.append((WORKER_DIED, faults.parse_worker_died(text)))
+    if "Xid (" in text or "fallen off the bus" in text:
+        found.append((GPU_FAULT, gpu_faults.parse_gpu_fault(text)))
     if memory or any(word in text for word in vllm.KEYWORDS):
         found.append((VLLM_MEMORY, vllm.parse_vllm_memory(text)))
     return [(kind, fields) for kind, fields in found if fields is not None]

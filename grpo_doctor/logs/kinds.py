@@ -25,6 +25,7 @@ PYTHON_TRACEBACK = "python-traceback"
 VLLM_MEMORY = "vllm-memory"
 CUDA_FAULT = "cuda-fault"
 WORKER_DIED = "worker-died"
+GPU_FAULT = "gpu-fault"
 
 # `rank` in the NCCL kinds is the rank inside process group `pg` as the message prints it; the
 # Signature's own rank is the global rank from the line's prefix when it has one.
@@ -85,6 +86,12 @@ FIELDS: dict[str, tuple[str, ...]] = {
     # pid / ip / actor_name / class_name as Ray prints them; rank from an actor repr "Worker[rank=2]".
     WORKER_DIED: ("component", "exc_type", "message", "class_name", "actor_name", "pid", "ip", "exit_type",
                   "exit_detail", "rank", "exitcode"),
+    # The NVIDIA driver's kernel-log report of a GPU fault (logs/gpu_faults.py): xid (79 also for "GPU has
+    # fallen off the bus" without an Xid line, wording "fallen-off-bus"; else "xid"), pci_bus_id as
+    # "0000:3b:00", pid / process of the process the driver names (None when "<unknown>" or none),
+    # detail (the driver's text after them), instance (a MIG GPU instance, "GPU-I:05"), node (the host a
+    # syslog / journalctl prefix names; None for dmesg's own output).
+    GPU_FAULT: ("xid", "pci_bus_id", "pid", "process", "detail", "instance", "wording", "node"),
     VLLM_MEMORY: ("kv_cache_bytes", "weights_bytes", "activation_peak_bytes", "non_torch_bytes", "peak_torch_bytes",
                   "total_gpu_bytes", "gpu_memory_utilization", "num_gpu_blocks", "num_cpu_blocks",
                   "kv_cache_tokens", "max_model_len", "max_concurrency", "no_cache_memory"),

@@ -30,13 +30,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grpo_doctor.logs import torchrun
+from grpo_doctor.logs import gpu_faults, torchrun
 from grpo_doctor.logs.chunk_keywords import KeywordHits
 from grpo_doctor.logs.detectors import JOIN_SPECS, detect, is_hot
 from grpo_doctor.logs.joiner import Joined, Joiner
 from grpo_doctor.logs.kinds import (
     ALL_KINDS,
     CHILD_FAILED,
+    GPU_FAULT,
     NCCL_ERROR,
     NCCL_TIMEOUT,
     NCCL_WATCHDOG_STATUS,
@@ -95,6 +96,7 @@ class LineScanner:
         self._previous = ""  # the line before, raw: the first piece of a terminal-wrapped line
         self._wrap: tuple[str, int | None, str, int, int] | None = None  # (source, rank, text, index, pieces)
         self._raw_chars = 0  # the length of the line being read, prefixes included (a terminal wraps those too)
+        self._raw_line = ""  # the line being read, prefixes included (a syslog prefix names the host)
 
     def feed(self, line: str) -> list[Signature]:
         """The signatures `line` completes (the next line of the log; a trailing newline is fine)."""
@@ -107,6 +109,7 @@ class LineScanner:
         rank, source, message = split_prefix_tuple(line)
         previous, self._previous = self._previous, line
         self._raw_chars = len(line)
+        self._raw_line = line
         bare = not source and len(message) == len(line.rstrip("\r\n"))  # no prefix at all: maybe a wrap's piece
         if self._wrap is not None:
             if self._joiner.held:  # a message the joiner knows how to finish: its reading wins
@@ -282,6 +285,8 @@ class LineScanner:
         if found is None:
             return
         fields = complete_fields(kind, found)
+        if kind == GPU_FAULT and fields["node"] is None and index == self._index:
+            fields["node"] = gpu_faults.node_of(self._raw_line)  # the prefix, stripped before parsing, names it
         if kind == CHILD_FAILED and fields["rank"] is not None:
             rank = fields["rank"]  # the failed worker's rank, not the launcher's prefix
         elif rank is None and (kind != NCCL_ERROR or fields["pg"] in (None, 0) or fields["pg_desc"] == "default_pg"):
