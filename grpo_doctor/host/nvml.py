@@ -14,11 +14,56 @@ Typical use:
         nvml.watch_xid_events()
         watts = nvml.power_w(0)          # NvmlError if this GPU cannot say
         events = nvml.xid_events()       # [XidEvent(index=0, xid=79)] since the last call
+        nvml.fault_fields(0)             # {"nvlink_replay_errors": 0, ..., "recovery_action": "none"}
+        nvml.throttle_reasons(0)         # ("hw-thermal-slowdown",) while the GPU protects itself
+
+NVML's constants are looked up in pynvml by their names (`FAULT_FIELDS`, `RECOVERY_ACTIONS`,
+`THROTTLE_REASONS`), so a binding or driver too old to know one leaves that value out.
 """
 from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+
+
+# nvmlDeviceGetFieldValues fields read per sample: (pynvml constant, key). The NVLink counters are
+# totals over all links since the driver loaded; the remapped-rows flags say a row remapping waits for a
+# GPU reset / could not be made; the recovery action is what the driver says the GPU needs now (r570+).
+FAULT_FIELDS = (
+    ("NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", "nvlink_replay_errors"),
+    ("NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL", "nvlink_recovery_errors"),
+    ("NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", "nvlink_crc_flit_errors"),
+    ("NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL", "nvlink_crc_data_errors"),
+    ("NVML_FI_DEV_REMAPPED_PENDING", "remapped_rows_pending"),
+    ("NVML_FI_DEV_REMAPPED_FAILURE", "remapped_rows_failure"),
+    ("NVML_FI_DEV_GET_GPU_RECOVERY_ACTION", "recovery_action"),
+)
+FLAG_FIELDS = ("remapped_rows_pending", "remapped_rows_failure")
+# The values of NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (nvmlDeviceGpuRecoveryAction_t), by constant name.
+RECOVERY_ACTIONS = (
+    ("NVML_GPU_RECOVERY_ACTION_NONE", "none"),
+    ("NVML_GPU_RECOVERY_ACTION_GPU_RESET", "gpu-reset"),
+    ("NVML_GPU_RECOVERY_ACTION_NODE_REBOOT", "node-reboot"),
+    ("NVML_GPU_RECOVERY_ACTION_DRAIN_P2P", "drain-p2p"),
+    ("NVML_GPU_RECOVERY_ACTION_DRAIN_AND_RESET", "drain-and-reset"),
+    ("NVML_GPU_RECOVERY_ACTION_RECOVER_IMEX_DOMAIN", "recover-imex-domain"),
+    ("NVML_GPU_RECOVERY_ACTION_BUS_RESET", "bus-reset"),
+    ("NVML_GPU_RECOVERY_ACTION_SYSTEM_REBOOT", "system-reboot"),
+)
+# Clock-event (throttle) reasons that say the GPU slowed itself down to protect the hardware, by the
+# name after pynvml's "nvmlClocksEventReason" (older bindings: "nvmlClocksThrottleReason"). The power
+# cap (SwPowerCap), idle, sync boost and application clocks are how a GPU normally runs: not read.
+THROTTLE_REASONS = (
+    ("SwThermalSlowdown", "sw-thermal-slowdown"),
+    ("HwSlowdown", "hw-slowdown"),
+    ("HwThermalSlowdown", "hw-thermal-slowdown"),
+    ("HwPowerBrakeSlowdown", "hw-power-brake-slowdown"),
+)
+# nvmlValueType_t -> the member of c_nvmlValue_t that holds it.
+_VALUE_MEMBERS = (("NVML_VALUE_TYPE_DOUBLE", "dVal"), ("NVML_VALUE_TYPE_UNSIGNED_INT", "uiVal"),
+                  ("NVML_VALUE_TYPE_UNSIGNED_LONG", "ulVal"), ("NVML_VALUE_TYPE_UNSIGNED_LONG_LONG", "ullVal"),
+                  ("NVML_VALUE_TYPE_SIGNED_LONG_LONG", "sllVal"), ("NVML_VALUE_TYPE_SIGNED_INT", "siVal"),
+                  ("NVML_VALUE_TYPE_UNSIGNED_SHORT", "usVal"))
 
 
 class NvmlError(Exception):
@@ -133,6 +178,43 @@ class Nvml:
         return self._query("nvmlDeviceGetTotalEccErrors", index, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
                            nv.NVML_VOLATILE_ECC)
 
+    def pci_bus_id(self, index: int) -> str:
+        """The GPU's PCI bus id as NVML spells it ("00000000:3B:00.0"); the kernel's Xid lines name it."""
+        bus_id = self._query("nvmlDeviceGetPciInfo", index).busId
+        return bus_id.decode() if isinstance(bus_id, bytes) else bus_id
+
+    def throttle_reasons(self, index: int) -> tuple[str, ...]:
+        """The hardware-protection reasons (THROTTLE_REASONS) slowing the GPU's clocks now."""
+        nv = self._module()
+        name = "nvmlDeviceGetCurrentClocksEventReasons"
+        if not hasattr(nv, name):
+            name = "nvmlDeviceGetCurrentClocksThrottleReasons"  # bindings before r535
+        mask = int(self._query(name, index))
+        return tuple(label for reason, label in THROTTLE_REASONS
+                     if mask & (getattr(nv, "nvmlClocksEventReason" + reason, None)
+                                or getattr(nv, "nvmlClocksThrottleReason" + reason, 0)))
+
+    def fault_fields(self, index: int) -> dict[str, int | bool | str]:
+        """FAULT_FIELDS in one nvmlDeviceGetFieldValues call, by key; a field this GPU or driver does not
+        support (NVLink on a PCIe card, the recovery action before r570) is left out."""
+        nv = self._module()
+        wanted = [(getattr(nv, const), key) for const, key in FAULT_FIELDS if hasattr(nv, const)]
+        if not wanted:
+            return {}
+        values = self._query("nvmlDeviceGetFieldValues", index, [field_id for field_id, _ in wanted])
+        members = {getattr(nv, const): member for const, member in _VALUE_MEMBERS if hasattr(nv, const)}
+        actions = {getattr(nv, const): label for const, label in RECOVERY_ACTIONS if hasattr(nv, const)}
+        out: dict[str, int | bool | str] = {}
+        for (_, key), value in zip(wanted, values):
+            if value.nvmlReturn != nv.NVML_SUCCESS or value.valueType not in members:
+                continue
+            number = int(getattr(value.value, members[value.valueType]))
+            if key == "recovery_action":
+                out[key] = actions.get(number, f"action-{number}")
+            else:
+                out[key] = bool(number) if key in FLAG_FIELDS else number
+        return out
+
     def watch_xid_events(self) -> int:
         """Start collecting critical Xid events of every GPU; how many GPUs can report them."""
         if self._xid_set is None:
@@ -166,6 +248,11 @@ class Nvml:
                     index = None
                 events.append(XidEvent(index=index, xid=int(data.eventData)))
         return events
+
+    def _module(self):
+        if not self._ensure():
+            raise NvmlError("NVML unavailable")
+        return self._pynvml
 
     def _query(self, name: str, index: int, *args):
         handle = self._index_handles.get(index)

@@ -55,6 +55,18 @@ class GpuSample:
     processes: tuple[tuple[int, int | None], ...]  # (pid, used_bytes); used_bytes None where NVML cannot tell
     xid_events: tuple[int, ...]  # Xid numbers reported for this GPU since the previous sample
     ecc_errors: int | None  # uncorrected ECC errors since the driver loaded
+    # Machine faults (host/nvml.py; None where this GPU or driver cannot say): the PCI bus id the
+    # kernel's Xid lines name, the hardware-protection reasons slowing its clocks now, NVLink error
+    # totals since the driver loaded (CRC: flit and data errors together), row remappings waiting for
+    # a reset / that failed, and what the driver says the GPU needs now (NVML's recovery action).
+    pci_bus_id: str | None = None
+    throttle_reasons: tuple[str, ...] = ()
+    nvlink_replay_errors: int | None = None
+    nvlink_recovery_errors: int | None = None
+    nvlink_crc_errors: int | None = None
+    remapped_rows_pending: bool | None = None
+    remapped_rows_failure: bool | None = None
+    recovery_action: str | None = None
 
     KIND: ClassVar[str] = "gpu"
 
@@ -62,6 +74,7 @@ class GpuSample:
         out = _common(self)
         out["processes"] = [{"pid": pid, "used_bytes": used} for pid, used in self.processes]
         out["xid_events"] = list(self.xid_events)
+        out["throttle_reasons"] = list(self.throttle_reasons)
         return out
 
     @classmethod
@@ -69,6 +82,7 @@ class GpuSample:
         fields = _known(cls, data)
         fields["processes"] = tuple((p["pid"], p["used_bytes"]) for p in data.get("processes", ()))
         fields["xid_events"] = tuple(data.get("xid_events", ()))
+        fields["throttle_reasons"] = tuple(data.get("throttle_reasons", ()))
         return cls(**fields)
 
 
@@ -136,6 +150,7 @@ class Sampler:
         self._notify = notify or (lambda message: print(f"grpo-doctor: {message}", file=sys.stderr))
         self._notified: set[str] = set()
         self._num_gpus: int | None = None  # None until the first round asks NVML; 0: GPU sampling off
+        self._bus_ids: dict[int, str | None] = {}  # NVML index -> PCI bus id, asked once
         # rank -> (pid, cached Process, when it was opened: time.monotonic())
         self._procs: dict[int, tuple[int, psutil.Process | None, float]] = {}
         self._latest: dict[int, ProcSample] = {}
@@ -247,13 +262,22 @@ class Sampler:
             procs = _guarded(nvml.device_processes, i) or []
             # An Xid that NVML cannot place on a GPU is shown on every GPU rather than lost.
             xids = tuple(e.xid for e in events if e.index in (i, None))
+            if i not in self._bus_ids or self._bus_ids[i] is None:
+                self._bus_ids[i] = _guarded(nvml.pci_bus_id, i)
+            faults = _guarded(nvml.fault_fields, i) or {}
+            crc = [faults[k] for k in ("nvlink_crc_flit_errors", "nvlink_crc_data_errors") if k in faults]
             out.append(GpuSample(
                 t=t, index=i, uuid=_guarded(nvml.device_uuid, i), util_pct=_guarded(nvml.utilization_pct, i),
                 mem_used_bytes=used_total[0], mem_total_bytes=used_total[1],
                 power_w=_guarded(nvml.power_w, i), temp_c=_guarded(nvml.temperature_c, i),
                 sm_clock_mhz=_guarded(nvml.sm_clock_mhz, i),
                 processes=tuple((p.pid, p.used_bytes) for p in procs), xid_events=xids,
-                ecc_errors=_guarded(nvml.ecc_errors, i),
+                ecc_errors=_guarded(nvml.ecc_errors, i), pci_bus_id=self._bus_ids[i],
+                throttle_reasons=_guarded(nvml.throttle_reasons, i) or (),
+                nvlink_replay_errors=faults.get("nvlink_replay_errors"),
+                nvlink_recovery_errors=faults.get("nvlink_recovery_errors"), nvlink_crc_errors=sum(crc) if crc else None,
+                remapped_rows_pending=faults.get("remapped_rows_pending"),
+                remapped_rows_failure=faults.get("remapped_rows_failure"), recovery_action=faults.get("recovery_action"),
             ))
         return out
 

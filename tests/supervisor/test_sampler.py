@@ -87,6 +87,15 @@ class FakeNvml:
     def ecc_errors(self, index):
         return 0
 
+    def pci_bus_id(self, index):
+        return f"00000000:{0x3B + index:02X}:00.0"
+
+    def throttle_reasons(self, index):
+        raise NvmlError("nvmlDeviceGetCurrentClocksEventReasons: Not Supported")
+
+    def fault_fields(self, index):
+        return {}
+
     def watch_xid_events(self):
         self.watched = True
         return 2
@@ -221,7 +230,8 @@ def test_gpu_samples_keep_every_metric_a_gpu_can_report(tmp_path):
     assert nvml.watched
     assert gpu0 == GpuSample(t=5.0, index=0, uuid="GPU-fake-0", util_pct=97, mem_used_bytes=70 * 2**30,
                              mem_total_bytes=80 * 2**30, power_w=612.5, temp_c=61, sm_clock_mhz=1980,
-                             processes=((4101, 40 * 2**30), (4242, None)), xid_events=(79,), ecc_errors=0)
+                             processes=((4101, 40 * 2**30), (4242, None)), xid_events=(79,), ecc_errors=0,
+                             pci_bus_id="00000000:3B:00.0")
     assert gpu1.power_w is None and gpu1.temp_c == 62 and gpu1.processes == ((4102, 2 * 2**30),)
     assert gpu1.xid_events == ()
     later0, _ = sampler.sample_once()
