@@ -56,6 +56,7 @@ FLAGS: dict[str, dict[str, str]] = {
         "generation_kwargs": "generation_kwargs",
         "gradient_accumulation_steps": "gradient_accumulation_steps",
         "dataloader_drop_last": "dataloader_drop_last=True",
+        "dataloader_num_workers": "dataloader_num_workers",
         "logging_nan_inf_filter": "logging_nan_inf_filter=False",
     },
     TRL_SERVE: {

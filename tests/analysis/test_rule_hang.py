@@ -126,3 +126,89 @@ def test_a_rank_whose_log_just_stops_is_not_called_hung(tmp_path):
     rank1 = run / "ranks" / "rank-00001.jsonl"
     rank1.write_text("".join(line for line in rank1.read_text().splitlines(keepends=True) if '"kind":"end"' not in line))
     assert not list(hang.check(load_evidence([run]), hang.Config()))
+
+
+# --- remedies chosen from what the culprit's stack shows (analysis/culprit_kind.py), issue 23 -------------
+
+TRL_HANG = INJECT.parent / "trl_reward_hang" / "run"
+
+
+def test_a_trl_reward_function_that_hangs_leads_with_a_timeout_on_the_reward_call_and_no_advice_that_cannot_help():
+    # A real TRL GRPOTrainer job on 2 CPU ranks (gloo), one host; rank 1's reward function never returns; watch
+    # took the stacks and ended the job (--on-hang kill), so NCCL never dumped a flight record.
+    [f] = hang.check(load_evidence([TRL_HANG]), hang.Config())
+    assert f.evidence["culprit_kind"] == {1: {
+        "kind": "reward", "frame": "reward (train_grpo.py:33)", "op": None,
+        "caller": "GRPOTrainer._calculate_rewards (trl/trainer/grpo_trainer.py:1626)"}}
+    assert f.hints[0].startswith("Put a timeout on the reward call: rank 1 hangs in the reward function at "
+                                 "`reward (train_grpo.py:33)`, called by `GRPOTrainer._calculate_rewards "
+                                 "(trl/trainer/grpo_trainer.py:1626)`")
+    assert hang.HINT_STACKS not in f.hints  # the stack is shown and classified already
+    assert hang.HINT_FR not in f.hints and not any("TORCH_FR_BUFFER_SIZE" in h for h in f.hints)
+    assert hang.HINT_PROBE not in f.hints and not any("grpo-doctor probe" in h for h in f.hints)  # one host
+    assert hang.HINT_TIMEOUT in f.hints
+
+
+def _trl_hang_on(tmp_path, *, gpus: bool, ended_by_watch: bool, fr_files=()):
+    """The TRL run as if its ranks had GPUs (NCCL), watch had or had not ended it, NCCL had or had not dumped."""
+    import json
+    import shutil
+    run = shutil.copytree(TRL_HANG, tmp_path / "run")
+    for path in (run / "ranks").glob("rank-*.jsonl"):
+        lines = path.read_text().splitlines(keepends=True)
+        header = json.loads(lines[0])
+        if gpus:
+            header["gpu_uuid"] = f"GPU-{header['rank']}"
+            header["versions"] |= {"cuda": "12.8", "nccl": "2.27.3"}
+        lines[0] = json.dumps(header) + "\n"
+        path.write_text("".join(lines))
+    vm = run / "supervisor" / "vm"
+    summary = json.loads((vm / "summary.json").read_text())
+    (vm / "summary.json").write_text(json.dumps(summary | {"hang_ended_by_watch": ended_by_watch}))
+    report = json.loads((vm / "hang-1.json").read_text())
+    (vm / "hang-1.json").write_text(json.dumps(report | {"flight_recorder_files": list(fr_files)}))
+    [f] = hang.check(load_evidence([run]), hang.Config())
+    return f
+
+
+def test_the_flight_recorder_is_advised_only_where_nccl_could_still_dump(tmp_path):
+    assert hang.HINT_FR in _trl_hang_on(tmp_path / "a", gpus=True, ended_by_watch=False).hints
+    # watch ended the job before NCCL's timeout: the variables were set and could never act
+    assert hang.HINT_FR not in _trl_hang_on(tmp_path / "b", gpus=True, ended_by_watch=True).hints
+    # a dump was written all the same: the advice stands beside it
+    assert hang.HINT_FR in _trl_hang_on(tmp_path / "c", gpus=True, ended_by_watch=True,
+                                        fr_files=["fr/nccl_trace_rank_1"]).hints
+    # gloo on CPU: NCCL's flight recorder has nothing to record
+    assert hang.HINT_FR not in _trl_hang_on(tmp_path / "d", gpus=False, ended_by_watch=False).hints
+
+
+def test_probe_between_nodes_is_advised_only_for_a_run_on_more_than_one_host(tmp_path):
+    # _with_headers: world size 4, 2 ranks per node, so the job spans two nodes
+    assert hang.HINT_PROBE in _with_headers(tmp_path / "two-nodes", "2").hints
+
+
+def test_a_rank_in_a_collective_the_others_are_not_in_leads_with_the_code_path_advice():
+    [f] = hang.check(load_evidence([INJECT / "watch_desync"]), hang.Config())
+    assert f.evidence["culprit_kind"][1]["kind"] == "collective"
+    assert f.hints[0].startswith("Rank 1 waits in a collective at `broadcast_object_list "
+                                 "(torch/distributed/distributed_c10d.py:")
+    assert "`Injector._desync (inject.py:190)`" in f.hints[0] and "if rank == 0:" in f.hints[0]
+    assert hang.HINT_STACKS not in f.hints
+
+
+def test_a_culprit_whose_stack_tells_nothing_known_keeps_the_compare_the_stacks_advice():
+    # The reference trainer's injected hang: _block_forever, in no reward, loader, request or collective.
+    [f] = hang.check(load_evidence([INJECT / "watch_hang"]), hang.Config())
+    assert f.evidence["culprit_kind"][1]["kind"] == "unknown" and f.hints[0] == hang.HINT_STACKS
+
+
+def test_without_stacks_a_rank_open_in_the_reward_phase_still_gets_the_reward_timeout_advice(tmp_path):
+    # The recorded 'stopped' run (no watch) as if rank 1 had hung in reward rather than rollout.
+    import shutil
+    run = shutil.copytree(INJECT / "stopped", tmp_path / "run")
+    for path in (run / "ranks").glob("rank-*.jsonl"):
+        path.write_text(path.read_text().replace('"rollout"', '"reward-x"').replace('"reward"', '"rollout"')
+                        .replace('"reward-x"', '"reward"'))
+    [f] = hang.check(load_evidence([run]), hang.Config())
+    assert f.phase == "reward" and f.hints[0] == hang.HINT_NO_STACKS
+    assert f.hints[1].startswith("Put a timeout on the reward call: rank 1 hangs in the reward function, and every")

@@ -13,7 +13,9 @@ without progress). From watch also: `host`, `hang_file`, `odd_ranks` (ranks wait
 collective from the others: a desync), `stuck_ranks` / `moving_ranks` (second look), `stack_groups`
 (one line per group of identical stacks), `culprit_stacks` ({rank: ["function (file:line)", ...]}
 innermost first, grpo-doctor's own threads left out), `culprit_code` ({rank: {"in_user_code",
-"where", "user_frame"}}), `stack_dirs`, `flight_recorder_files`. From the rank records also:
+"where", "user_frame"}}), `culprit_kind` ({rank: {"kind", "frame", "caller", "op"}}: what the stack shows
+the rank waiting on, "reward", "data-loader", "server-request", "collective" or "unknown", the frame that
+hangs and the library frame around it; analysis/culprit_kind.py), `stack_dirs`, `flight_recorder_files`. From the rank records also:
 `waiting_ranks`, `idle_s` ({culprit: s}), `timeout_ms`, `waiting_calls` ({rank: {"op", "site", ...}}:
 the collective each waiting rank timed out in), `waiting_errors`, `ended` ({culprit: how it ended}).
 """
@@ -24,6 +26,7 @@ from dataclasses import dataclass
 
 from grpo_doctor.analysis import remedies
 from grpo_doctor.analysis.collective_sites import mismatched_sites
+from grpo_doctor.analysis.culprit_kind import CulpritKind, classify
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.hang_stacks import culprit_evidence, hang_captures, main_frames
 from grpo_doctor.analysis.load import Evidence
@@ -37,6 +40,29 @@ ID = "hang"
 HINT_STACKS = ("Compare the stacks of the named ranks with the others' (stack_dirs): the culprits are in a different "
                "collective, still computing, or blocked in user code (a reward function, a data loader, a request "
                "to a rollout server); a collective inside `if rank == 0:` code is the usual different code path.")
+# The first remedy where the culprit's stack shows what it waits on (analysis/culprit_kind.py): the
+# frame that hangs ({at}) and the library frame around it ({called_by}) are filled in where known.
+HINT_REWARD = ("Put a timeout on the reward call: rank {rank} hangs in the reward function{at}{called_by}, and "
+               "every other rank waits for it at the next collective. Bound each call of a grader, a sandbox or a "
+               "remote reward model (`future.result(timeout=...)` of `concurrent.futures`, "
+               "`subprocess.run(..., timeout=...)`, the HTTP client's `timeout=`) and score a call that times out "
+               "as 0 instead of waiting.")
+HINT_DATA = ("Look at the data loader: rank {rank} waits for a batch{at}{called_by}. With worker processes "
+             f"(the DataLoader's num_workers; HF Trainer / {remedies.flags(remedies.TRL, 'dataloader_num_workers')}) "
+             "a stuck worker (a sample that never loads from a network file system, a lock, a worker killed by the "
+             "OOM killer) leaves the rank waiting: give the DataLoader a `timeout=` in seconds so a stuck worker "
+             "raises, `py-spy dump --pid` the worker processes, or run with num_workers=0 to see the sample's "
+             "own stack.")
+HINT_SERVER = ("Check the server: rank {rank} waits for an answer to a request{at}{called_by}. Look at the "
+               "rollout (or reward) server's health and log: is it up, overloaded, or stuck itself (`trl vllm-serve` "
+               "answers GET /health)? And put a client timeout on the request (requests' and httpx's `timeout=`, "
+               "aiohttp's `ClientTimeout`) so a server that never answers raises instead of holding every rank.")
+HINT_COLLECTIVE = ("Rank {rank} waits in a collective{at}{called_by}, where the other ranks are not: the ranks took "
+                   "different code paths. Look for rank-conditional code around this collective (`if rank == 0:` / "
+                   "`is_main_process` blocks that log, evaluate, save or generate and call a collective inside) and "
+                   "for uneven data that gives one rank fewer batches (see collective-mismatch).")
+KIND_HINTS = {"reward": HINT_REWARD, "data-loader": HINT_DATA, "server-request": HINT_SERVER,
+              "collective": HINT_COLLECTIVE}
 HINT_LAUNCH = remedies.LAUNCH_IDENTICAL  # only where the evidence shows settings differing between nodes
 HINT_FR = remedies.FLIGHT_RECORDER + " so the NCCL flight recorder names the rank missing from the collective next time."
 HINT_TIMEOUT = ("Make a hang end in an error instead of waiting: keep the collective timeout above your longest "
@@ -48,13 +74,58 @@ HINT_NO_STACKS = ("No stacks were taken: run the job under `grpo-doctor watch --
                   "every rank's py-spy stack when progress stops), or `py-spy dump --pid <pid>` on the named rank "
                   "while it hangs, to see the line it is stuck on: a reward function, a data loader, a request to a "
                   "rollout server, or a collective the others never reach.")
-HINTS = (HINT_STACKS, HINT_LAUNCH, HINT_FR, HINT_TIMEOUT, HINT_PROBE, HINT_NO_STACKS)
+def kind_hint(kind: CulpritKind | None, rank: int | str) -> str | None:
+    """The remedy for what the culprit's stack shows it waits on, naming the frame; None for "unknown"."""
+    if kind is None or kind.kind not in KIND_HINTS:
+        return None
+    at = f" at `{kind.frame}`" if kind.frame else ""
+    called_by = f", called by `{kind.caller}`" if kind.caller else ""
+    return KIND_HINTS[kind.kind].format(rank=rank, at=at, called_by=called_by)
 
 
-def hints_for(run: Evidence) -> tuple[str, ...]:
-    """The launch-settings remedy only when the evidence shows a setting differing between nodes."""
+HINTS = (*(kind_hint(CulpritKind(k), "N") for k in KIND_HINTS),
+         HINT_STACKS, HINT_LAUNCH, HINT_FR, HINT_TIMEOUT, HINT_PROBE, HINT_NO_STACKS)
+
+
+def hints_for(run: Evidence, kind: CulpritKind | None = None, rank: int | None = None, stack_shown: bool = False,
+              flight_recorder_files: tuple[str, ...] | list[str] = ()) -> tuple[str, ...]:
+    """The remedies that fit what the tool knows, most specific first:
+    - the remedy for what the culprit's stack shows (a reward function, a data loader, a request to a
+      server, a collective the others are not in), naming the frame; "compare the stacks" only where the
+      stack was not classified or not shown;
+    - making every node's launch identical only where the evidence shows a setting differing between nodes;
+    - the flight-recorder variables only where they can still help: not for a job on CPU (gloo: no NCCL
+      flight recorder), nor for one that watch ended (`--on-hang kill`, before NCCL's timeout could dump)
+      without a dump;
+    - probing the connectivity between nodes only where the run spans more than one host."""
+    first = kind_hint(kind, rank if rank is not None else "N")
+    stacks = () if first is not None and stack_shown else (HINT_STACKS,)
     launch = (HINT_LAUNCH,) if remedies.launch_settings_differ(run) else ()
-    return (HINT_STACKS, *launch, HINT_FR, HINT_TIMEOUT, HINT_PROBE)
+    fr = (HINT_FR,) if _flight_recorder_can_help(run, flight_recorder_files) else ()
+    probe = () if _one_host(run) else (HINT_PROBE,)
+    return (*((first,) if first else ()), *stacks, *launch, *fr, HINT_TIMEOUT, *probe)
+
+
+def _flight_recorder_can_help(run: Evidence, files) -> bool:
+    headers = list(run.headers.values())
+    if headers and all(h.gpu_uuid is None and "nccl" in (h.versions or {}) and not h.versions["nccl"]
+                       for h in headers):
+        return False  # no CUDA on any rank: gloo, which NCCL's flight recorder does not cover
+    dumped = bool(files) or bool(run.flight_dumps) or any(h.flight_recorder_files for h in run.hangs)
+    ended_by_watch = any(s.hang_ended_by_watch for s in run.summaries.values())
+    return dumped or not ended_by_watch
+
+
+def _one_host(run: Evidence) -> bool:
+    """Every rank on one host, as far as the evidence tells (the headers' world and local world sizes,
+    the hosts that wrote records, watches and hang reports)."""
+    headers = list(run.headers.values())
+    hosts = {h.host for h in headers} | set(run.summaries) | {h.host for h in run.hangs if h.host}
+    hosts.discard(None)
+    hosts.discard("")
+    if len(hosts) != 1:
+        return False
+    return all(h.local_world_size is None or h.local_world_size >= h.world_size for h in headers)
 
 
 @dataclass(frozen=True)
@@ -92,6 +163,7 @@ def _from_watch(run: Evidence) -> Iterator[Finding]:
         where = f" in {phase}" if phase else ""
         at = f" at step {step}" if step is not None else ""
         stacks = culprit_evidence(captures, culprits or odd)
+        kinds = _culprit_kinds(captures, culprits or odd, ranks_info)
         roles = {r: info.role for r, info in sorted(ranks_info.items()) if info.role}
         if culprits:
             # A Ray job's culprit is named by its actor too: "rank(s) 1 (ray::PolicyWorker.train_step)".
@@ -114,12 +186,27 @@ def _from_watch(run: Evidence) -> Iterator[Finding]:
                       "steps": {r: info.step for r, info in sorted(ranks_info.items())},
                       "max_idle_s": max(idle) if idle else None, "stack_groups": list(report.groups),
                       **stacks,
+                      "culprit_kind": {r: k.to_dict() for r, k in kinds.items()},
                       "stack_dirs": list(report.stack_dirs),
                       "flight_recorder_files": list(report.flight_recorder_files),
                       **({"ray_roles": roles} if roles else {}),
                       **({"ray_workers_without_rank": list(report.actors)} if report.actors else {})},
-            hints=hints_for(run),
+            hints=_watch_hints(run, kinds, stacks["culprit_stacks"], report.flight_recorder_files),
         )
+
+
+def _culprit_kinds(captures: list, ranks: list[int], ranks_info: dict[int, HangRank]) -> dict[int, CulpritKind]:
+    """What each named rank's stack shows it waiting on (a reward function, a data loader, a server, a collective)."""
+    by_rank = {c.rank: c for c in captures}
+    return {r: classify(main_frames(by_rank[r]), ranks_info.get(r, HangRank()).open_phase)
+            for r in ranks if r in by_rank and main_frames(by_rank[r])}
+
+
+def _watch_hints(run: Evidence, kinds: dict[int, CulpritKind], shown: dict, fr_files) -> tuple[str, ...]:
+    """The first named rank whose stack tells what it waits on leads the remedies."""
+    rank = next((r for r, k in kinds.items() if k.kind in KIND_HINTS), None)
+    return hints_for(run, kinds.get(rank) if rank is not None else None, rank, stack_shown=rank in shown,
+                     flight_recorder_files=tuple(fr_files))
 
 
 def _ray_workers_title(host: str | None, actors: tuple[dict, ...]) -> str:
@@ -230,5 +317,12 @@ def _event_log_finding(run: Evidence, positions: dict, culprits: list[int], wait
                   "max_idle_s": max(idle_s.values()), "idle_s": idle_s, **extra,
                   "ended": {r: positions[r].end_signal or positions[r].end_reason or "no end record"
                             for r in culprits}},
-        hints=(HINT_NO_STACKS, *(h for h in hints_for(run) if h != HINT_STACKS)),
+        hints=(HINT_NO_STACKS, *(h for h in hints_for(run, _phase_kind(lead.open_path), culprits[0])
+                                 if h != HINT_STACKS)),
     )
+
+
+def _phase_kind(open_path: str | None) -> CulpritKind | None:
+    """Without stacks, only a rank open in the trainer's `reward` phase says what it waits on."""
+    kind = classify((), open_path)
+    return kind if kind.kind == "reward" else None

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "integrations"))
-from trl_grpo import build_char_tokenizer, build_tiny_model  # noqa: E402
+from trl_grpo import build_char_tokenizer, build_tiny_model  # noqa: E402, I001
 
 from datasets import Dataset  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
