@@ -95,6 +95,8 @@ class RunPaths:
 
 PROBE_COLLECTIVES_FILE = "collectives.json"
 _SIGNATURES_FILE = "signatures.jsonl"
+# What one node's watch tells the others through a shared run directory (supervisor/fleet_channel.py).
+FLEET_FILES = {"beat": "fleet-beat.json", "stacks": "fleet-stacks.json", "verdict": "fleet-verdict.json"}
 # A node's probe file (RunPaths.probe_node_file), not a node's log such as node-1.log.
 PROBE_NODE_FILE = re.compile(r"node-\d{3,}-.+\.json")
 
@@ -149,6 +151,11 @@ class WatchPaths:
     @property
     def lock(self) -> Path:
         return self.root / ".watch.lock"
+
+    def fleet_file(self, kind: str) -> Path:
+        """This node's message of one kind to the other watches of the job: "beat", "stacks" (its ranks'
+        stacks at a look the decider asked for), "verdict" (written by the deciding watch only)."""
+        return self.root / FLEET_FILES[kind]
 
     def hang_report(self, number: int) -> Path:
         """The report of the number-th hang (from 1)."""

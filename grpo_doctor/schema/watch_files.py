@@ -10,6 +10,7 @@ with one warning instead of stopping the report.
 Typical use:
     report = HangReport.from_dict(json.loads(path.read_text()))   # FormatError when damaged
     report.culprits, report.ranks[1].open_phase, report.stacks[1].frames[0].function
+    report.fleet.id, report.ranks[3].host        # a verdict over the watches of several nodes
     summary = WatchSummary.from_dict(data); summary.ranks[0].gone, summary.live_scan_complete
 """
 from __future__ import annotations
@@ -22,6 +23,7 @@ from grpo_doctor.schema.json_shapes import (
     by_rank,
     check_object,
     dict_of,
+    fields_problem,
     int_keys,
     is_rank,
     list_of,
@@ -60,18 +62,59 @@ class HangRank:
     idle_s: float | None = None  # since its last record
     timeout_s: float | None = None  # the stall timeout it was judged by
     role: str | None = None  # a Ray actor's process title at the hang, "ray::PolicyWorker.train_step"
+    host: str | None = None  # the host the rank ran on (set in a fleet verdict; the report's host otherwise)
 
     FIELDS: ClassVar[dict[str, Check]] = {"pid": _int, "verdict": _str, "open_phase": _str, "step": _int,
-                                          "idle_s": _num, "timeout_s": _num, "role": _str}
+                                          "idle_s": _num, "timeout_s": _num, "role": _str, "host": _str}
 
     def to_dict(self) -> dict[str, Any]:
         out = {"pid": self.pid, "verdict": self.verdict, "open_phase": self.open_phase, "step": self.step,
                "idle_s": self.idle_s, "timeout_s": self.timeout_s}
-        return out | ({"role": self.role} if self.role is not None else {})  # files of older versions write back as read
+        # Written only when known, so that files of older versions write back as they were read.
+        return out | {k: v for k, v in (("role", self.role), ("host", self.host)) if v is not None}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> HangRank:
         return cls(**{k: data.get(k) for k in cls.FIELDS})
+
+
+def _node_keys(value: Any) -> bool:
+    """None, or an object keyed by node id ("0", "17") whose values are strings (host names, reasons)."""
+    return value is None or (type(value) is dict and all(
+        type(k) is str and k.isdecimal() and len(k) < 7 and type(v) is str for k, v in value.items()))
+
+
+@dataclass(frozen=True)
+class HangFleet:
+    """The fleet part of a hang verdict made over the watches of several nodes (supervisor/fleet.py):
+    which decision it is, who made it, which nodes' stacks it merged and which nodes it could not hear."""
+
+    id: str = ""  # names the decision: every watch of the job writes the same verdict under it
+    decider: str = ""  # the host of the watch that decided
+    decider_node: int | None = None
+    nodes: dict[int, str] = field(default_factory=dict)  # node id -> host, of the stacks merged
+    missing: dict[int, str] = field(default_factory=dict)  # node id -> why it is not in ("no report for 40 s")
+    nnodes: int | None = None  # the job's node count, as the scheduler said
+    action: str = "report"  # "kill": the decider's --on-hang kill, every watch ends its own node's tree
+    stacks_kept: str = "all"  # "all", or "groups": one stack per group and the culprits' (a large job)
+
+    FIELDS: ClassVar[dict[str, Check]] = {"id": _str, "decider": _str, "decider_node": _int, "nodes": _node_keys,
+                                          "missing": _node_keys, "nnodes": _int, "action": _str, "stacks_kept": _str}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "decider": self.decider, "decider_node": self.decider_node,
+                "nodes": str_keys(self.nodes), "missing": str_keys(self.missing), "nnodes": self.nnodes,
+                "action": self.action, "stacks_kept": self.stacks_kept}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> HangFleet:
+        return cls(id=data.get("id") or "", decider=data.get("decider") or "", decider_node=data.get("decider_node"),
+                   nodes=int_keys(data.get("nodes")), missing=int_keys(data.get("missing")), nnodes=data.get("nnodes"),
+                   action=data.get("action") or "report", stacks_kept=data.get("stacks_kept") or "all")
+
+
+def _fleet(value: Any) -> bool:
+    return value is None or (type(value) is dict and fields_problem(value, HangFleet.FIELDS) is None)
 
 
 HANG_FIELDS: dict[str, Check] = {
@@ -81,6 +124,7 @@ HANG_FIELDS: dict[str, Check] = {
     "flight_recorder_files": list_of(_str), "gpus": list_of(lambda g: type(g) is dict),
     "stacks": by_rank(value=_thread),
     "actors": list_of(lambda a: type(a) is dict and type(a.get("pid")) is int),
+    "fleet": _fleet,
 }
 
 
@@ -105,6 +149,9 @@ class HangReport:
     # Ray workers of the job with no rank (a rollout or reward actor outside the process group):
     # {"pid", "role" (process title), "verdict", "where" (the stack's headline)}, one per process.
     actors: tuple[dict[str, Any], ...] = ()
+    # Set on the verdict of several nodes' watches (supervisor/fleet.py): every rank of every node, each
+    # with its `host`; `host` above is then the culprit's host. None: one node's watch judged alone.
+    fleet: HangFleet | None = None
     file: str | None = None  # where it was read from; set by the reader, never written
 
     def to_dict(self) -> dict[str, Any]:
@@ -115,7 +162,8 @@ class HangReport:
             "stack_errors": str_keys(self.stack_errors), "ptrace_denied": self.ptrace_denied,
             "flight_recorder_files": list(self.flight_recorder_files), "gpus": list(self.gpus),
             "stacks": str_keys({r: thread.to_dict() for r, thread in self.stacks.items()}),
-        } | ({"actors": list(self.actors)} if self.actors else {})
+        } | ({"actors": list(self.actors)} if self.actors else {}) | (
+            {"fleet": self.fleet.to_dict()} if self.fleet is not None else {})
 
     @classmethod
     def from_dict(cls, data: Any, file: str | None = None) -> HangReport:
@@ -130,12 +178,23 @@ class HangReport:
             stack_errors=int_keys(data.get("stack_errors")), ptrace_denied=bool(data.get("ptrace_denied")),
             flight_recorder_files=tuple(data.get("flight_recorder_files") or ()), gpus=tuple(data.get("gpus") or ()),
             stacks={r: ThreadStack.from_dict(t) for r, t in int_keys(data.get("stacks")).items() if t},
-            actors=tuple(data.get("actors") or ()), file=file,
+            actors=tuple(data.get("actors") or ()),
+            fleet=HangFleet.from_dict(data["fleet"]) if data.get("fleet") is not None else None, file=file,
         )
 
     def ranks_with_verdict(self, verdict: str) -> tuple[int, ...]:
         """The ranks whose second look gave this verdict ("stuck", "moving")."""
         return tuple(r for r, info in self.ranks.items() if info.verdict == verdict)
+
+    def host_of(self, rank: int) -> str:
+        """The host a rank ran on: its own where the report holds several hosts' ranks, else the report's."""
+        info = self.ranks.get(rank)
+        return (info.host if info is not None and info.host else None) or self.host
+
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        """Every host whose ranks the report holds, in rank order, each once."""
+        return tuple(dict.fromkeys(self.host_of(r) for r in sorted(self.ranks))) or ((self.host,) if self.host else ())
 
 
 @dataclass(frozen=True)
