@@ -11,6 +11,10 @@ rollout)".
 
 What explains what (the root kinds, most fundamental first; a finding is explained by the first root
 that can explain it):
+- gpu-fault: the machine failed under a rank (an Xid, uncorrectable ECC errors, a lost GPU): the crash,
+  hang or NCCL error of a rank on that GPU is its consequence, and so are the others' timeouts and lost
+  peers (a throttled GPU explains its rank's straggling). An Xid that is the application's own fault
+  (13, 31, 43) or a follow-up (45) is no machine fault and explains nothing.
 - rendezvous-failure: the job never formed; later collective timeouts, NCCL errors and crashes follow.
 - cuda-oom, host-oom: the rank that ran out of memory died; the others' NCCL errors, timeouts, peer-lost
   crashes and the dead rank's own crash record are the same event.
@@ -38,7 +42,7 @@ from grpo_doctor.analysis.findings import SEVERITIES, Finding, sort_findings
 from grpo_doctor.schema.ranks import format_ranks
 
 # Root kinds in the order they are tried: the most fundamental cause first.
-ROOT_ORDER = ("rendezvous-failure", "cuda-oom", "host-oom", "collective-mismatch", "hang", "rank-crash",
+ROOT_ORDER = ("gpu-fault", "rendezvous-failure", "cuda-oom", "host-oom", "collective-mismatch", "hang", "rank-crash",
               "nccl-error", "seed-collision", "constant-reward")
 # Words of an exception raised in a rank because a collective or a peer failed, not by the rank itself.
 WAITED_WORDS = ("timed out", "timeout", "connection closed by peer", "connection reset by peer", "broken pipe",
@@ -91,11 +95,20 @@ def _because(root: Finding) -> str:
         "cuda-oom": f"{who or 'a process'} ran out of GPU memory",
         "host-oom": f"{who or 'a process'} ran out of host memory",
         "rendezvous-failure": "the job's rendezvous failed",
+        "gpu-fault": _gpu_fault_phrase(root),
         "nccl-error": "NCCL failed" + (f" on {who}" if who else ""),
         "seed-collision": f"{who or 'ranks'} sample with the same seed",
         "constant-reward": "the reward is constant",
     }
     return phrases.get(root.id, root.id)
+
+
+def _gpu_fault_phrase(root: Finding) -> str:
+    ev = root.evidence
+    gpu = f"GPU {ev['gpu']}" if ev.get("gpu") is not None else "a GPU"
+    where = f" on {ev['host']}" if ev.get("host") else ""
+    xids = ev.get("xids") or []
+    return f"{gpu}{where} failed" + (f" (Xid {', '.join(map(str, xids))})" if xids else "")
 
 
 def _is_victim(f: Finding, findings: list[Finding]) -> bool:
@@ -148,6 +161,22 @@ def _collective_effects(root: Finding, other: Finding, findings: list[Finding]) 
     return False
 
 
+def _gpu_fault_effects(root: Finding, other: Finding, findings: list[Finding]) -> bool:
+    """A machine fault on a rank's GPU: that rank's crash, hang or NCCL error, and what its leaving did to the
+    others. A fault that names no rank explains the findings of its host. Throttling explains straggling."""
+    if other.id == "gpu-fault":
+        return False
+    on_gpu = bool(set(other.ranks) & set(root.ranks)) or (
+        not root.ranks and bool(root.hosts) and bool(set(other.hosts) & set(root.hosts)))
+    if other.id == "straggler":
+        return on_gpu and bool(root.evidence.get("throttle_reasons"))
+    if not root.evidence.get("hardware") or root.severity != "critical":
+        return False
+    if other.id in ("rank-crash", "hang", "nccl-error", "nccl-timeout", "collective-mismatch") and on_gpu:
+        return True
+    return bool(root.ranks) and _collective_effects(root, other, findings)
+
+
 def _rendezvous_effects(root: Finding, other: Finding, findings: list[Finding]) -> bool:
     return other.id in ("nccl-timeout", "nccl-error", "hang") or (
         other.id == "rank-crash" and (_crash_waited(other, findings) or other.evidence.get("exitcode") == 1))
@@ -187,6 +216,7 @@ def _rollout_effects(root: Finding, other: Finding, findings: list[Finding]) -> 
 
 
 _EXPLAINS: dict[str, Callable[[Finding, Finding, list[Finding]], bool]] = {
+    "gpu-fault": _gpu_fault_effects,
     "rendezvous-failure": _rendezvous_effects,
     "cuda-oom": _memory_effects,
     "host-oom": _memory_effects,

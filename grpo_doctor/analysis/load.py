@@ -328,7 +328,8 @@ def _json_lines(ev: Evidence, path: Path) -> Iterable[Any]:
 
 # The numbers of supervisor/sampler.py's GpuSample and ProcSample, which the plots do arithmetic on.
 _SAMPLE_NUMBERS = ("t", "index", "util_pct", "mem_used_bytes", "mem_total_bytes", "power_w", "temp_c", "sm_clock_mhz",
-                   "ecc_errors", "rank", "pid", "rss_bytes", "cpu_pct", "num_threads")
+                   "ecc_errors", "nvlink_replay_errors", "nvlink_recovery_errors", "nvlink_crc_errors", "rank", "pid",
+                   "rss_bytes", "cpu_pct", "num_threads")
 
 
 def _read_samples(ev: Evidence, path: Path, host: str) -> None:

@@ -23,6 +23,7 @@ from grpo_doctor.analysis.rules import (
     cuda_oom,
     dead_step,
     entropy_collapse,
+    gpu_fault,
     hang,
     host_oom,
     length_collapse,
@@ -42,6 +43,7 @@ from grpo_doctor.analysis.rules import (
 
 RULES: list[ModuleType] = [hang, rank_crash, cuda_oom, nccl_timeout, config_mismatch, version_mismatch, straggler,
                            nccl_error, rendezvous_failure, host_oom, vllm_memory, collective_mismatch,
+                           gpu_fault,  # machine faults: Xid events, ECC, NVLink (issue 24)
                            # degenerate rollouts (issue 5)
                            seed_collision, nan_loss, dead_step, constant_reward, zero_std_groups, zero_kl,
                            length_collapse, entropy_collapse, stale_rollout_weights]
