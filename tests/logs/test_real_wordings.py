@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from grpo_doctor.analysis.load import load_evidence
-from grpo_doctor.analysis.rules import host_oom, nccl_timeout, rank_crash
+from grpo_doctor.analysis.rules import gpu_fault, host_oom, nccl_timeout, rank_crash
 from grpo_doctor.logs.signatures import scan_file, scan_text
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "logs"
@@ -167,3 +167,37 @@ def test_findings_from_the_new_families():
     assert ranked.evidence["component"] == "ray-actor" and ranked.severity == "critical"
     ooms = list(host_oom.check(load_evidence([LOG]), host_oom.Config()))
     assert any(f.evidence.get("source") == "ray" for f in ooms)
+
+
+def test_the_drivers_xid_lines_behind_dmesg_syslog_and_journal_prefixes():
+    sigs = _by_line()
+    dbe, retire, gsp = sigs[44].fields, sigs[45].fields, sigs[46].fields
+    assert (dbe["xid"], dbe["pci_bus_id"], dbe["pid"], dbe["process"], dbe["node"]) == (48, "0000:07:00", None, None,
+                                                                                      "worker4")
+    assert dbe["detail"].startswith("An uncorrectable double bit error (DBE)") and retire["xid"] == 64
+    assert (gsp["xid"], gsp["pci_bus_id"], gsp["pid"], gsp["process"], gsp["node"]) == (119, "0000:61:00", 905052,
+                                                                                      "python", None)
+    lost, again = sigs[47].fields, sigs[48].fields
+    assert (lost["xid"], lost["pid"], lost["wording"], again["wording"]) == (79, None, "xid", "fallen-off-bus")
+    assert lost["pci_bus_id"] == again["pci_bus_id"] == "0000:2b:00"
+    three = sigs[49]  # "The NVIDIA GPU 0000:b3:00.0" / "(PCI ID: ...) installed ..." / "fallen off the bus ..."
+    assert (three.kind, three.fields["xid"], three.fields["pci_bus_id"]) == ("gpu-fault", 79, "0000:b3:00")
+    assert 50 not in sigs and 51 not in sigs
+    follow, ctxsw = sigs[52].fields, sigs[53].fields
+    assert (follow["xid"], follow["pid"], follow["process"]) == (45, 1818990, "python3")
+    assert (ctxsw["xid"], ctxsw["process"], ctxsw["detail"]) == (109, "pt_main_thread", "Ch 00000008, errorString CTX "
+                                                                 "SWITCH TIMEOUT, Info 0x58005")
+    assert sigs[54].fields["error"] == "uncorrectable ECC error encountered"
+
+
+def test_gpu_faults_from_the_real_wordings():
+    found = {f.evidence["pci_bus_id"]: f for f in gpu_fault.check(load_evidence([LOG]), gpu_fault.Config())}
+    ecc = found["0000:07:00"]
+    assert (ecc.severity, ecc.hosts, ecc.evidence["xids"]) == ("critical", ("worker4",), [48, 64])
+    assert [d["mnemonic"] for d in ecc.evidence["xid_details"]] == ["ROBUST_CHANNEL_GPU_ECC_DBE",
+                                                                    "INFOROM_DRAM_RETIREMENT_FAILURE"]
+    assert found["0000:2b:00"].evidence["xids"] == [79]  # the Xid line and its "fallen off the bus": one event
+    assert found["0000:b3:00"].evidence["xids"] == [79] and found["0000:61:00"].evidence["pids"] == [905052]
+    assert (found["0000:dc:00"].severity, found["0000:dc:00"].evidence["hardware"]) == ("info", False)
+    [cuda] = [f for f in found.values() if f.evidence["cuda_errors"]]
+    assert cuda.severity == "critical" and cuda.evidence["sources"] == ["cuda-error"]
