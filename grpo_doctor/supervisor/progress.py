@@ -5,7 +5,10 @@ the run itself, as nvidia-resiliency-ext does for its sections: for each phase, 
 interval between two consecutive records seen while that phase was the open one, times a
 safety factor, never below a floor. A phase never seen to finish yet gets `initial_s`. A rank
 waiting in a collective inside a normally short phase therefore stalls quickly, and the rank
-stuck in a long phase stalls after a multiple of that phase's longest duration.
+stuck in a long phase stalls after a multiple of that phase's longest duration. Time between
+phases (a reward function that `--instrument` does not wrap, an unmarked checkpoint save) is
+bounded by a whole step: once two steps were seen, it gets the same factor times the longest step
+(or gap) seen, so a stall there is caught about as fast as inside a phase; before that, `initial_s`.
 
 Staleness is measured on the supervisor's clock from the moment a record was *seen*, so hosts
 with skewed clocks do not matter; intervals are learned from the records' own monotonic time.
@@ -26,6 +29,7 @@ from grpo_doctor.schema import (
     End,
     Error,
     Header,
+    PhaseEnd,
     Record,
     RunPaths,
     Step,
@@ -59,6 +63,9 @@ class RankProgress:
     seen_mono: float | None = None  # supervisor clock when the last record arrived
     last_record_mono: float | None = None  # the rank's own clock of its last record
     longest_s: dict[str, float] = field(default_factory=dict)  # open phase path ("" = none) -> longest interval
+    last_step_mono: float | None = None  # the rank's own clock at its last step record
+    longest_step_s: float | None = None  # the longest interval between two step records
+    last_left: str | None = None  # the phase that ended last: where a rank between phases came from
     ended: str | None = None  # End reason, or "error" type
     error: str | None = None
     num_records: int = 0
@@ -82,6 +89,11 @@ class RankProgress:
             self.ended = self.error = None
         elif isinstance(record, Step):
             self.step = record.step + 1
+            if self.last_step_mono is not None:
+                self.longest_step_s = max(self.longest_step_s or 0.0, record.mono - self.last_step_mono)
+            self.last_step_mono = record.mono
+        elif isinstance(record, PhaseEnd):
+            self.last_left = record.path
         elif isinstance(record, Error):
             self.error = f"{record.exc_type} in {record.path or 'no phase'}"
         elif isinstance(record, End):
@@ -119,9 +131,11 @@ class ProgressTracker:
         key = progress.open_path or ""
         learned = self.policy.timeout_s(progress.longest_s.get(key))
         if key == "" and self.policy.fixed_s is None:
-            # Between phases run checkpoint saves and evaluations the loop did not mark: a few
-            # short gaps seen so far say nothing about them.
-            return max(learned, self.policy.initial_s)
+            # Between phases run checkpoint saves and evaluations the loop did not mark: a few short
+            # gaps say nothing about them, a whole step does (a step holds every gap of its own).
+            if progress.longest_step_s is None:
+                return max(learned, self.policy.initial_s)
+            return max(learned, self.policy.timeout_s(progress.longest_step_s))
         return learned
 
     def stalled(self, now_mono: float) -> dict[int, float]:

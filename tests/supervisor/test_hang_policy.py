@@ -50,8 +50,9 @@ def test_a_phase_never_seen_to_finish_waits_300_s(tmp_path):
     assert 0 not in tracker.stalled(1000.0 + 299.0) and tracker.stalled(1000.0 + 301.0) == {0: 301.0}
 
 
-def test_between_phases_short_gaps_seen_so_far_do_not_shorten_the_wait(tmp_path):
-    # Outside any phase only 1 s gaps were seen; an unmarked checkpoint save may take minutes.
+def test_between_phases_before_a_whole_step_short_gaps_do_not_shorten_the_wait(tmp_path):
+    # Outside any phase only 1 s gaps were seen, and one step: an unmarked checkpoint save or the
+    # first evaluation may take minutes, and nothing yet says how long a step takes.
     records = [header(0), *_phase(0, "rollout", 100.0, 101.0), Step(**common(0, t=102.0), metrics={}),
                *_phase(0, "rollout", 103.0, 104.0)]
     write_rank(tmp_path, 0, records)
@@ -59,6 +60,22 @@ def test_between_phases_short_gaps_seen_so_far_do_not_shorten_the_wait(tmp_path)
     assert tracker.ranks[0].open_path is None
     assert tracker.timeout_s(tracker.ranks[0]) == 300.0
     assert tracker.stalled(1000.0 + 200.0) == {}
+
+
+def test_between_phases_after_whole_steps_the_wait_is_learned_from_the_longest_step(tmp_path):
+    # Steps of 4 s and 9 s (a reward function --instrument does not wrap runs between collectives):
+    # a rank stuck after its last collective stalls after 5 x 9 s, not after 300 s, and says which
+    # phase it left.
+    records = [header(0)]
+    for step, (begin, end) in enumerate([(100.0, 104.0), (104.0, 113.0), (113.0, 115.0)]):
+        records += [*_phase(0, "all_gather", begin, begin + 0.5, step=step), Step(**common(0, step=step, t=end), metrics={})]
+    records += _phase(0, "all_gather", 115.5, 116.0, step=3)
+    write_rank(tmp_path, 0, records)
+    tracker = _tracker(tmp_path)
+    progress = tracker.ranks[0]
+    assert progress.open_path is None and progress.last_left == "all_gather"
+    assert tracker.timeout_s(progress) == 45.0
+    assert tracker.stalled(1000.0 + 44.0) == {} and tracker.stalled(1000.0 + 46.0) == {0: 46.0}
 
 
 def test_a_rank_that_ended_never_stalls(tmp_path):
