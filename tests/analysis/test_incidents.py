@@ -1,4 +1,5 @@
 """Cause before effect: the culprit leads, the ranks that waited for it follow as its consequences."""
+import dataclasses
 from pathlib import Path
 
 from grpo_doctor.analysis.findings import Finding
@@ -116,3 +117,19 @@ def test_a_crash_with_exit_code_1_and_nothing_else_in_the_log_stays_the_root():
     stopped = _crash([0, 1, 2], signal="SIGTERM", exitcode=-15)
     out = link_incidents([stopped, exited])
     assert [(f.key, f.role) for f in out] == [("rank-crash@3", "root-cause"), ("rank-crash@0,1,2", "consequence")]
+
+
+def test_a_machine_fault_on_a_ranks_gpu_is_the_root_of_its_hang_and_the_others_timeouts_not_of_a_bug_elsewhere():
+    fault = Finding(id="gpu-fault", severity="critical", title="GPU 1 on node-a reported Xid 79", ranks=(1,),
+                    hosts=("node-a",), evidence={"hardware": True, "gpu": 1, "host": "node-a", "xids": [79]})
+    hang = Finding(id="hang", severity="critical", title="rank 1 stuck", ranks=(1,))
+    timeout = Finding(id="nccl-timeout", severity="critical", title="ranks 0, 2, 3 timed out", ranks=(0, 2, 3))
+    bug = _crash([5], exc_type="KeyError", message="'reward'")  # a rank's own exception: its own incident
+    out = link_incidents([bug, timeout, hang, fault])
+    assert _roles(out)[:3] == [("gpu-fault", (1,), "root-cause", None), ("nccl-timeout", (0, 2, 3), "consequence",
+                                                                         "gpu-fault@1"),
+                               ("hang", (1,), "consequence", "gpu-fault@1")]
+    assert "because GPU 1 on node-a failed (Xid 79)" in out[2].title
+    assert ("rank-crash", (5,), None, None) in _roles(out)
+    app = dataclasses.replace(fault, severity="info", evidence={**fault.evidence, "hardware": False, "xids": [13]})
+    assert all(f.role is None for f in link_incidents([app, hang]))  # the application's own Xid explains nothing
