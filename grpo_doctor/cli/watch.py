@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 import signal
 import sys
@@ -19,6 +20,7 @@ from grpo_doctor.logs.terminal_text import terminal_safe
 from grpo_doctor.plan.sizes import parse_size
 from grpo_doctor.schema import DEFAULT_RUNS_ROOT, RUN_DIR_ENV
 from grpo_doctor.supervisor.alerts import AlertSettings, url_problem
+from grpo_doctor.supervisor.fleet import CHANNELS
 from grpo_doctor.supervisor.launch import LaunchError, find_executable
 from grpo_doctor.supervisor.progress import HangPolicy
 from grpo_doctor.supervisor.watch import HANG_EXIT, Watch, WatchOptions
@@ -92,6 +94,13 @@ def add_parser(sub) -> None:
                    help="zero-code instrumentation: every Python process of the job records its torch.distributed "
                         "collectives and rollout calls as phases and its optimizer steps as steps, without code "
                         "changes (docs/instrument.md)")
+    p.add_argument("--fleet", choices=CHANNELS, default="auto",
+                   help="on a job of several nodes (one watch per node; NNODES/NODE_RANK or Slurm's variables): how "
+                        "the watches meet to judge a hang over every node's ranks, once: through the shared run "
+                        "directory (dir), a TCPStore hosted by node 0's watch (store; needs torch), both (auto), "
+                        "or not at all (off: each node judged alone); docs/clusters.md")
+    p.add_argument("--fleet-port", type=int, default=None, metavar="PORT",
+                   help="port of the fleet's TCPStore on the job's master address (default: MASTER_PORT + 11)")
     p.add_argument("command", nargs="+", metavar="-- CMD", help="the launch command, after --")
     p.set_defaults(run=run)
 
@@ -100,12 +109,19 @@ def run(args) -> int:
     for name in ("hang_timeout", "hang_factor", "hang_floor", "hang_initial", "uninstrumented_timeout",
                  "second_look", "sample_interval"):
         value = getattr(args, name)
-        if value is not None and value <= 0 and not (name == "second_look" and value == 0):
-            raise UserError(f"--{name.replace('_', '-')} {value} must be positive")
+        if value is None:
+            continue
+        flag = f"--{name.replace('_', '-')}"
+        if not math.isfinite(value):
+            raise UserError(f"{flag} {value} is not a finite number", f"give {flag} a number of seconds, e.g. {flag} 60"
+                            if name != "hang_factor" else f"give {flag} a number, e.g. {flag} {HangPolicy.factor:g}")
+        if value <= 0 and not (name == "second_look" and value == 0):
+            raise UserError(f"{flag} {value:g} must be positive")
     alerts = _alert_settings(args)
     # Before the run directory exists: a command that cannot start leaves nothing behind (exit 127).
     find_executable(args.command, os.environ.get("PATH"))
     run_dir = args.run_dir or Path(os.environ.get(RUN_DIR_ENV) or Path(DEFAULT_RUNS_ROOT) / time.strftime("watch-%Y%m%d-%H%M%S"))
+    _check_run_dir(run_dir, "--run-dir" if args.run_dir else RUN_DIR_ENV if os.environ.get(RUN_DIR_ENV) else "the run directory")
     opts = WatchOptions(
         command=list(args.command),
         run_dir=run_dir,
@@ -119,16 +135,34 @@ def run(args) -> int:
         gpu_memory_bytes=parse_size(args.gpu_memory) if args.gpu_memory else None,
         instrument=args.instrument,
         alerts=alerts,
+        fleet=args.fleet,
+        fleet_port=args.fleet_port,
     )
     watch = Watch(opts)
     status = watch.run()  # LaunchError (127) and RunDirBusy (2) are DoctorErrors: main() prints them
-    built = None if args.no_report else _report_at_end(run_dir)
+    # In a run directory several nodes share, the deciding watch writes the one report (watch.writes_report).
+    built = None if args.no_report or not watch.writes_report else _report_at_end(run_dir)
     if built is not None:
         watch.alerter.send_findings([f.to_dict() for f in built.findings.findings], built.html_path)
     watch.alerter.close()  # a bounded wait (AlertSettings.end_wait_s)
     hang_ended = status == HANG_EXIT and opts.on_hang == "kill" and bool(watch.hangs)
     print(f"grpo-doctor: {exit_line(status, hang_ended)}", file=sys.stderr)
     return status
+
+
+def _check_run_dir(run_dir: Path, given_by: str) -> None:
+    """Refuses, before the job starts, a run directory that no write could ever reach: one behind a
+    symbolic link loop. One that merely cannot be written now (read-only, full, a name too long for
+    the file system) still starts the job: watch says so once and the job's status is watch's."""
+    try:
+        run_dir.resolve()
+    except RuntimeError:  # pathlib's word for ELOOP on the way
+        raise UserError(f"{given_by} {terminal_safe(str(run_dir))}: a symbolic link on the way points back "
+                        "into itself (a symbolic link loop)",
+                        f"remove or repair the link (ls -l each part of the path), or give {given_by} another "
+                        "directory") from None
+    except OSError:  # anything else a resolve meets is said by the first write, once
+        pass
 
 
 def _alert_settings(args) -> AlertSettings:

@@ -112,7 +112,11 @@ class ProgressTracker:
     def poll(self, now_mono: float) -> list[Record]:
         """Read new records of every rank file; returns them."""
         new: list[Record] = []
-        for path in self.paths.rank_files():
+        try:
+            paths = self.paths.rank_files()
+        except OSError:  # a run directory that cannot be reached (a name too long): no rank file, watch said why
+            paths = []
+        for path in paths:
             tail = self._tails.setdefault(path, RankFileTail(path))
             for record in tail.read_records():
                 try:

@@ -123,7 +123,7 @@ def test_a_failing_command_costs_one_line_and_a_slow_one_is_ended_at_its_timeout
 
 def test_at_the_end_the_chat_gets_one_message_per_incident_and_the_command_every_critical_finding(tmp_path, endpoint_factory):
     endpoint, notes = endpoint_factory(), []
-    alerts = alerter(tmp_path, notes, notify_urls=(endpoint.url,), on_finding_exec=f"cat >> {tmp_path}/ids.txt; echo >> {tmp_path}/ids.txt")
+    alerts = alerter(tmp_path, notes, notify_urls=(endpoint.url,), on_finding_exec=f"cat > {tmp_path}/ran-$$.json")
     alerts.send("hang", hang_finding(), run=False)  # the hang, posted while the job ran
     root = {**hang_finding(), "id": "rank-crash", "role": "root-cause"}
     consequence = {**hang_finding(), "id": "nccl-timeout", "role": "consequence", "caused_by": "rank-crash@1"}
@@ -132,7 +132,8 @@ def test_at_the_end_the_chat_gets_one_message_per_incident_and_the_command_every
     alerts.close()
     assert [b["grpo_doctor"]["finding"]["id"] for b in endpoint.bodies].count("rank-crash") == 1
     assert sorted(b["grpo_doctor"]["finding"]["id"] for b in endpoint.bodies) == ["hang", "rank-crash"]
-    ran = [json.loads(line)["finding"]["id"] for line in (tmp_path / "ids.txt").read_text().split("\n") if line]
+    # One file per command: the commands run side by side, and appends to one file would interleave.
+    ran = [json.loads(path.read_text())["finding"]["id"] for path in tmp_path.glob("ran-*.json")]
     assert sorted(ran) == ["hang", "nccl-timeout", "rank-crash"]
 
 
