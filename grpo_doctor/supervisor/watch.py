@@ -107,7 +107,7 @@ class Watch:
         env, added = child_environment(os.environ, self.opts.run_dir, instrument=self.opts.instrument)
         # A run directory that cannot be written (read-only, full, missing parent we may not create)
         # costs supervision its records, never the job its start.
-        self.files.write("the run directory", lambda: self.sup_dir.mkdir(parents=True, exist_ok=True))
+        dir_made = self.files.write("the run directory", lambda: self.sup_dir.mkdir(parents=True, exist_ok=True))
         self.files.claim()
         self.files.write(self.paths.run_json.name, lambda: self._write_run_json(added))
         self._plan_memory(env)
@@ -135,7 +135,9 @@ class Watch:
         ]
         for tee in tees:
             tee.start()
-        self.sampler = Sampler(self.watch_files.samples, interval_s=self.opts.sample_interval_s,
+        # Without a run directory (said once above) the samples go nowhere rather than failing each round.
+        self.sampler = Sampler(self.watch_files.samples if dir_made else Path(os.devnull),
+                               interval_s=self.opts.sample_interval_s,
                                notify=self.console.note)
         self.sampler.start()
         previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
