@@ -23,7 +23,9 @@ import sys
 import time
 from pathlib import Path
 
+from grpo_doctor.checks.stack_groups import headline
 from grpo_doctor.cli.errors import UserError
+from grpo_doctor.cli.summary_live import LiveState
 from grpo_doctor.logs.terminal_text import terminal_safe
 from grpo_doctor.runlog.columns import as_list
 from grpo_doctor.runlog.parallel_read import read_run
@@ -34,9 +36,11 @@ from grpo_doctor.schema.errors import DoctorError
 from grpo_doctor.schema.run_paths import WatchPaths
 
 EXIT_HELP = """\
-exit status: 0 every rank ended cleanly; 1 a rank ended by an exception or a signal, or has no end
-record (still running, or killed outright); 2 not a run directory. With --follow: the same, once
+exit status: 0 every rank ended cleanly or is still running (its watch or its process alive); 1 a
+rank ended by an exception or a signal, or has no end record and is gone (killed outright); 2 not a
+run directory. With --follow: the same, once
 the run has ended or gone quiet; 130 at Ctrl-C."""
+RUNNING = "running"  # no end record, and the job is still going (cli/summary_live.py)
 INTERVAL_S = 2.0
 QUIET_TIMEOUT_S = 900.0
 
@@ -71,21 +75,24 @@ def run(args) -> int:
 def _print_once(args) -> int:
     # The report's reader: columns for phases and memory, a big run's files read by window.
     log = read_run(args.paths)
-    rows = summarise(log)
+    live = LiveState.of(log.dirs)
+    rows = summarise(log, live=live)
     if args.json:
-        print(json.dumps({"ranks": rows, "warnings": log.warnings}, indent=2))
+        print(json.dumps({"ranks": rows, "hang": _hang_json(live), "warnings": log.warnings}, indent=2))
     else:
-        print(format_summary(log, rows))
+        print(format_summary(log, rows, live))
     return 1 if any(r["failed"] for r in rows) else 0
 
 
-def summarise(run: RunLog, now: float | None = None) -> list[dict]:
+def summarise(run: RunLog, now: float | None = None, live: LiveState | None = None) -> list[dict]:
     now = time.time() if now is None else now
-    return [_rank_row(log, now) for _, log in sorted(run.ranks.items())]
+    live = live or LiveState()
+    return [_rank_row(log, now, live) for _, log in sorted(run.ranks.items())]
 
 
-def _rank_row(log: RankLog, now: float) -> dict:
+def _rank_row(log: RankLog, now: float, live: LiveState) -> dict:
     state = rank_state(log)
+    running = state.ended is None and live.running(state.host, sorted(log.pids))
     steps = [r for r in log.records if type(r) is Step]
     # Consecutive steps only: a file read by window has gaps between its regions.
     step_times = [b.t - a.t for a, b in zip(steps, steps[1:], strict=False) if b.step == a.step + 1]
@@ -97,9 +104,10 @@ def _rank_row(log: RankLog, now: float) -> dict:
         "pids": sorted(log.pids),
         "steps_done": _steps_done(log, steps),
         "last_step": state.last_step,
-        "state": state.ended or NO_END,
+        "state": state.ended or (RUNNING if running else NO_END),
         "signal": state.signal,
-        "failed": state.failed,
+        "failed": state.failed and not running,
+        "culprit": live.hang is not None and state.rank in live.hang.culprits,
         "open_phase": state.open_phase,
         "since_last_record_s": round(now - last.t, 1) if isinstance(last, Record) else None,
         "median_step_s": round(statistics.median(step_times), 3) if step_times else None,
@@ -133,19 +141,58 @@ def _column_max(log: RankLog, name: str) -> int | None:
     return max(values) if values else None
 
 
-def format_summary(run: RunLog, rows: list[dict]) -> str:
-    header = f"{'rank':>4}  {'host':<16} {'steps':>5}  {'state':<14} {'open phase':<22} {'step s':>7}  {'rss MiB':>8}  error"
-    lines = [f"run: {', '.join(str(d) for d in run.dirs)}  ({len(rows)} rank(s))", header]
+def format_summary(run: RunLog, rows: list[dict], live: LiveState | None = None) -> str:
+    live = live or LiveState()
+    header = f"{'rank':>4}  {'host':<16} {'steps':>5}  {'state':<23} {'open phase':<22} {'step s':>7}  {'rss MiB':>8}  error"
+    lines = [f"run: {', '.join(str(d) for d in run.dirs)}  ({len(rows)} rank(s)){_run_state(rows, live)}", header]
     for r in rows:
         state = r["state"] if r["state"] != "signal" else f"signal {r['signal']}"
+        state = f"{state}, culprit" if r["culprit"] else state
         lines.append(
-            f"{r['rank']:>4}  {terminal_safe(r['host'] or '?')[:16]:<16} {r['steps_done']:>5}  {state[:14]:<14} "
+            f"{r['rank']:>4}  {terminal_safe(r['host'] or '?')[:16]:<16} {r['steps_done']:>5}  {state[:23]:<23} "
             f"{terminal_safe(r['open_phase'] or '-')[:22]:<22} {_num(r['median_step_s']):>7}  "
             f"{_num(r['peak_host_rss_bytes'] and r['peak_host_rss_bytes'] / 2**20, 0):>8}  {r['error'] or ''}"
         )
+    if live.hang is not None:
+        lines.append(_hang_line(live))
     lines += [f"warning: {w}" for w in run.warnings]
     # Hosts, phases and errors come from the run: an escape sequence there stays text.
     return "\n".join(terminal_safe(line) for line in lines)
+
+
+def _run_state(rows: list[dict], live: LiveState) -> str:
+    """": running (watched on vm), steps 12-14, last record 3 s ago" for a live run; nothing otherwise."""
+    going = [r for r in rows if r["state"] == RUNNING]
+    if not going:
+        return ""
+    steps = sorted(r["last_step"] for r in going if r["last_step"] is not None)
+    span = (f", at step {steps[0]}" if steps[0] == steps[-1] else f", at steps {steps[0]}-{steps[-1]}") if steps else ""
+    idle = [r["since_last_record_s"] for r in going if r["since_last_record_s"] is not None]
+    quiet = f", newest record {min(idle):.0f} s ago" if idle else ""
+    where = f" (watched on {', '.join(sorted(live.watched_hosts))})" if live.watched_hosts else ""
+    return f": running{where}, {len(going)} of {len(rows)} rank(s) going{span}{quiet}"
+
+
+def _hang_line(live: LiveState) -> str:
+    hang = live.hang
+    where = []
+    for rank in hang.culprits:
+        info = hang.ranks.get(rank)
+        at = ""
+        if info is not None and (info.open_phase or info.step is not None):
+            at = f" in {info.open_phase or 'no phase'} at step {info.step}"
+        host = (info.host if info is not None and info.host else None) or hang.host
+        stack = hang.stacks.get(rank)
+        top = f": {headline(stack.frames)}" if stack is not None and stack.frames else ""
+        where.append(f"rank {rank} on {host}{at}{top}")
+    who = "; ".join(where) if where else "no single rank (see the stacks)"
+    return f"hang ({live.hang_file}): the others waited for {who}"
+
+
+def _hang_json(live: LiveState) -> dict | None:
+    if live.hang is None:
+        return None
+    return {"file": str(live.hang_file), "host": live.hang.host, "culprits": list(live.hang.culprits)}
 
 
 def _num(value, digits: int = 2) -> str:
@@ -160,7 +207,7 @@ def follow(paths: list, interval_s: float, quiet_timeout_s: float, as_json: bool
     try:
         while True:
             log = _read_when_there(paths)
-            rows = summarise(log) if log is not None else []
+            rows = summarise(log, live=LiveState.of(log.dirs)) if log is not None else []
             if as_json:
                 block = json.dumps({"ranks": rows, "warnings": log.warnings if log else []})
                 # The seconds since each rank's last record change at every read: not a change of the run.
@@ -213,7 +260,7 @@ def _waiting_text(paths: list) -> str:
 
 def _run_ended(log: RunLog, rows: list[dict]) -> bool:
     """Every rank wrote its end record, or watch wrote summary.json for every host it supervised."""
-    if rows and all(r["state"] != NO_END for r in rows):
+    if rows and all(r["state"] not in (NO_END, RUNNING) for r in rows):
         return True
     hosts = [h for d in log.dirs for h in RunPaths(d).supervisor.glob("*") if h.is_dir()]
     return bool(hosts) and all(WatchPaths(h).summary_json.exists() for h in hosts)

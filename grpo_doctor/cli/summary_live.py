@@ -1,0 +1,98 @@
+"""What `grpo-doctor summary` adds to the event logs: is the run still going, and who hung it.
+
+A rank file without an end record says only that the rank has not finished: on a live run that is
+"running", on a run killed outright it is the failure. Two signs tell them apart, both read without
+touching the job: the watch of that host still holds its lock on `supervisor/<host>/.watch.lock`
+(the kernel drops it when watch exits, SIGKILL included) and has written no summary.json yet, or the
+rank's own process is alive (same host as this command). And where watch investigated a hang, its
+latest `hang-N.json` names the ranks the others waited for: after `--on-hang kill` every rank ended by
+watch's SIGTERM, and only that file still says which one was the culprit.
+
+Typical use:
+    live = LiveState.of(run_dirs)
+    live.running(host, pids)       # True: no end record, but the job is still going
+    live.hang                      # the latest HangReport of the run, or None
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from grpo_doctor.analysis.watch_files import read_hang_report
+from grpo_doctor.schema import RunPaths
+from grpo_doctor.schema.run_paths import WatchPaths
+from grpo_doctor.schema.watch_files import HangReport
+
+
+@dataclass
+class LiveState:
+    watched_hosts: set[str] = field(default_factory=set)  # hosts whose watch is running now
+    hang: HangReport | None = None  # the latest hang a watch of this run investigated
+    hang_file: Path | None = None
+
+    @classmethod
+    def of(cls, dirs: list) -> LiveState:
+        state = cls()
+        latest: tuple[float, Path] | None = None
+        for d in dirs:
+            for host_dir in _host_dirs(RunPaths(Path(d)).supervisor):
+                watch = WatchPaths(host_dir)
+                if _lock_held(watch.lock) and not watch.summary_json.exists():
+                    state.watched_hosts.add(host_dir.name)
+                for path in host_dir.glob("hang-*.json"):
+                    if WatchPaths.hang_number(path) is None:
+                        continue
+                    try:
+                        mtime = path.stat().st_mtime
+                    except OSError:
+                        continue
+                    if latest is None or mtime > latest[0]:
+                        latest = (mtime, path)
+        if latest is not None:
+            state.hang = read_hang_report(latest[1], [])
+            state.hang_file = latest[1] if state.hang is not None else None
+        return state
+
+    def running(self, host: str | None, pids: list[int]) -> bool:
+        """A rank without an end record that is still going: its host's watch runs, or its process
+        is alive here."""
+        if host is not None and host in self.watched_hosts:
+            return True
+        return host == socket.gethostname() and any(_pid_alive(pid) for pid in pids)
+
+
+def _host_dirs(supervisor: Path) -> list[Path]:
+    try:
+        return [p for p in supervisor.iterdir() if p.is_dir()]
+    except OSError:
+        return []
+
+
+def _lock_held(path: Path) -> bool:
+    """Whether a live watch holds this lock (it takes it exclusively for its whole life)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False  # we could take it: nobody holds it
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)  # closing drops our shared lock, if we took it
+
+
+def _pid_alive(pid: int) -> bool:
+    """Alive and not a zombie (a rank torchrun has not reaped yet has ended)."""
+    try:
+        with open(f"/proc/{int(pid)}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError, ValueError):
+        return False
+    return state not in (b"Z", b"X")
