@@ -132,7 +132,7 @@ class FakeDriver:
     def nvmlDeviceGetFieldValues(self, handle: _Handle, field_ids: list[int]):
         gpu = self._gpu(handle)
         values = (real.c_nvmlFieldValue_t * len(field_ids))()
-        for value, field_id in zip(values, field_ids):
+        for value, field_id in zip(values, field_ids, strict=True):
             value.fieldId = field_id
             if field_id not in gpu.fields:
                 value.nvmlReturn = real.NVML_ERROR_NOT_SUPPORTED

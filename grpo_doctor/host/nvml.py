@@ -25,7 +25,6 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-
 # nvmlDeviceGetFieldValues fields read per sample: (pynvml constant, key). The NVLink counters are
 # totals over all links since the driver loaded; the remapped-rows flags say a row remapping waits for a
 # GPU reset / could not be made; the recovery action is what the driver says the GPU needs now (r570+).
@@ -205,7 +204,7 @@ class Nvml:
         members = {getattr(nv, const): member for const, member in _VALUE_MEMBERS if hasattr(nv, const)}
         actions = {getattr(nv, const): label for const, label in RECOVERY_ACTIONS if hasattr(nv, const)}
         out: dict[str, int | bool | str] = {}
-        for (_, key), value in zip(wanted, values):
+        for (_, key), value in zip(wanted, values, strict=False):
             if value.nvmlReturn != nv.NVML_SUCCESS or value.valueType not in members:
                 continue
             number = int(getattr(value.value, members[value.valueType]))

@@ -145,7 +145,7 @@ def _from_samples(run: Evidence, cfg: Config) -> dict[tuple, dict[str, Any]]:
         gpu = gpus[(host, int(index))] = _new_gpu(host, int(index), normalize_bus_id(_last(group, "pci_bus_id")), uuid)
         for processes in group.get("processes", ()):
             gpu["pids"] |= {p["pid"] for p in processes or () if isinstance(p, dict) and isinstance(p.get("pid"), int)}
-        for t, xids in zip(group["t"], group.get("xid_events", [()] * len(group))):
+        for t, xids in zip(group["t"], group.get("xid_events", [()] * len(group)), strict=True):
             for xid in xids or ():
                 if isinstance(xid, int):
                     _add_xid(gpu, xid, "watch")
@@ -201,7 +201,7 @@ def _rise(column: pd.Series | None) -> int | None:
     values = [int(v) for v in column if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v]
     if not values:
         return None
-    return sum(b - a for a, b in zip(values, values[1:]) if b > a)
+    return sum(b - a for a, b in zip(values, values[1:], strict=False) if b > a)
 
 
 def _last(group: pd.DataFrame, column: str) -> Any:
