@@ -14,6 +14,7 @@ from grpo_doctor.plan.commands.common import Hardware
 from grpo_doctor.plan.estimate import Plan, estimate
 from grpo_doctor.plan.fixes import Fix, rank_fixes
 from grpo_doctor.plan.job import Job
+from grpo_doctor.plan.known_models import is_table_source
 from grpo_doctor.plan.model_shape import load_model_shape
 
 
@@ -29,6 +30,9 @@ class PlanResult:
 
 def plan_job(job: Job, model_config: str | Path | None = None) -> PlanResult:
     shape = load_model_shape(job.model, model_config)
+    if is_table_source(shape.source):  # no config.json here: say whose architecture is planned
+        job = job.assume(f"architecture from {shape.source}: no config.json of yours was read (a local path, the "
+                         "Hugging Face cache or --model-config wins)")
     plan = estimate(job, shape)
     return PlanResult(plan, rank_fixes(plan))
 

@@ -19,6 +19,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from grpo_doctor.plan.known_models import known_model, table_source
 from grpo_doctor.schema.errors import DoctorError
 
 MAX_CONFIG_BYTES = 2**20  # a config.json is a few KB
@@ -165,8 +166,13 @@ def load_model_shape(model: str, config_path: str | Path | None = None) -> Model
     """The shape of `model` (hub id or path), from `config_path` when given."""
     path = Path(config_path) if config_path else find_config(model)
     if path is None:
-        raise ModelConfigError(f"no config.json for model {model!r}: not a local path and not in the Hugging Face "
-                               "cache here")
+        known = known_model(model)  # a local or cached config.json wins over grpo-doctor's table
+        if known is not None:
+            return shape_from_config(dict(known.config), name=model, source=table_source(known, model))
+        raise ModelConfigError(f"no config.json for model {model!r}: not a local path, not in the Hugging Face "
+                               "cache here and not one of the public models grpo-doctor knows",
+                               f"pass --model-config PATH/config.json (or its directory), e.g. after `hf download "
+                               f"{model} config.json`; docs/plan.md lists the models known without one")
     if path.is_dir():
         path = path / "config.json"
     try:
