@@ -8,7 +8,7 @@ input reached (`not_checked`):
 
   crashes   rank records, watch's summary, or a log in which something was recognised
   hangs     rank records with phases, watch (summaries, hang reports), flight-recorder dumps,
-            or NCCL watchdog / collective messages in a log
+            or NCCL watchdog / collective messages or an NCCL RAS report in a log
   memory    memory snapshots, watch's GPU samples, or a log in which failure messages were recognised
             (an OOM message in it would have been found)
   rollouts  rollout records or training metrics (rank step records, framework metric logs)
@@ -32,7 +32,8 @@ from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.schema import RunPaths
 
 AREAS = ("crashes", "hangs", "memory", "rollouts", "network")
-_HANG_KINDS = ("nccl-timeout", "nccl-watchdog-status", "nccl-watchdog-stuck", "nccl-error", "rendezvous-failure")
+_HANG_KINDS = ("nccl-timeout", "nccl-watchdog-status", "nccl-watchdog-stuck", "nccl-error", "rendezvous-failure",
+               "nccl-ras")
 _COUNT_CHUNK_BYTES = 1 << 20
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from grpo_doctor.logs import cluster, faults, gpu_faults, nccl, oom, rendezvous, torchrun, vllm
+from grpo_doctor.logs import cluster, faults, gpu_faults, nccl, nccl_ras, oom, rendezvous, torchrun, vllm
 from grpo_doctor.logs.joiner import JoinSpec
 from grpo_doctor.logs.kinds import (
     CHILD_FAILED,
@@ -23,6 +23,7 @@ from grpo_doctor.logs.kinds import (
     GPU_FAULT,
     HOST_OOM,
     NCCL_ERROR,
+    NCCL_RAS,
     NCCL_TIMEOUT,
     NCCL_WARN,
     NCCL_WATCHDOG_STATUS,
@@ -56,6 +57,7 @@ KEYWORDS = (
     *faults.KEYWORDS,  # CUDA faults, rollout-engine, Ray actor and process deaths
     *cluster.KEYWORDS,  # Slurm and Kubernetes kills
     *gpu_faults.KEYWORDS,  # the NVIDIA driver's Xid events in the kernel log
+    *nccl_ras.KEYWORDS,  # NCCL's RAS status report (ncclras) pasted into a log: opens a block (signatures.py)
 )
 # `is_hot`'s first test per keyword: the first of these bytes the keyword holds, in this order
 # (rarest in training logs first, counted over the benchmark's log and tests/data). Keywords with
@@ -160,8 +162,14 @@ def _detect(text: str) -> list[tuple[str, dict[str, Any]]]:
         found.append((CUDA_FAULT, faults.parse_cuda_fault(text)))
     if any(word in text for word in faults.DEATH_WORDS):
         found.append((WORKER_DIED, faults.parse_worker_died(text)))
+    if "PEER_DEAD" in text:
+        found.append((NCCL_RAS, _ras_fields(nccl_ras.parse_monitor_line(text))))
     if "Xid (" in text or "fallen off the bus" in text:
         found.append((GPU_FAULT, gpu_faults.parse_gpu_fault(text)))
     if memory or any(word in text for word in vllm.KEYWORDS):
         found.append((VLLM_MEMORY, vllm.parse_vllm_memory(text)))
     return [(kind, fields) for kind, fields in found if fields is not None]
+
+
+def _ras_fields(report: nccl_ras.RasReport | None) -> dict[str, Any] | None:
+    return None if report is None else report.to_dict()

@@ -26,6 +26,7 @@ VLLM_MEMORY = "vllm-memory"
 CUDA_FAULT = "cuda-fault"
 WORKER_DIED = "worker-died"
 GPU_FAULT = "gpu-fault"
+NCCL_RAS = "nccl-ras"
 
 # `rank` in the NCCL kinds is the rank inside process group `pg` as the message prints it; the
 # Signature's own rank is the global rank from the line's prefix when it has one.
@@ -92,6 +93,14 @@ FIELDS: dict[str, tuple[str, ...]] = {
     # detail (the driver's text after them), instance (a MIG GPU instance, "GPU-I:05"), node (the host a
     # syslog / journalctl prefix names; None for dmesg's own output).
     GPU_FAULT: ("xid", "pci_bus_id", "pid", "process", "detail", "instance", "wording", "node"),
+    # NCCL's RAS status report (`ncclras`, NCCL >= 2.24) pasted into a log, one signature per report
+    # (logs/nccl_ras.py: RasReport.to_dict): verdict ("dead", "incomplete", "error", "mismatch", "ok"),
+    # communicators [{"label", "hash", "size", "problems", "num_missing", "missing": [{"rank", "node", "pid",
+    # "gpu", ...}], "errors", "mismatch", "mismatched"}], missing_processes / dead_processes [{"pid", "node",
+    # "gpus", "nvml_gpus"}] with their counts, the job summary's totals, timeouts (while gathering data).
+    NCCL_RAS: ("form", "verdict", "nccl_version", "cuda_runtime", "cuda_driver", "num_nodes", "num_processes",
+               "num_gpus", "groups", "communicators", "num_missing_processes", "missing_processes",
+               "num_dead_processes", "dead_processes", "timeouts", "collection_s", "no_communicators"),
     VLLM_MEMORY: ("kv_cache_bytes", "weights_bytes", "activation_peak_bytes", "non_torch_bytes", "peak_torch_bytes",
                   "total_gpu_bytes", "gpu_memory_utilization", "num_gpu_blocks", "num_cpu_blocks",
                   "kv_cache_tokens", "max_model_len", "max_concurrency", "no_cache_memory"),

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grpo_doctor.logs import gpu_faults, torchrun
+from grpo_doctor.logs import gpu_faults, nccl_ras, torchrun
 from grpo_doctor.logs.chunk_keywords import KeywordHits
 from grpo_doctor.logs.detectors import JOIN_SPECS, detect, is_hot
 from grpo_doctor.logs.joiner import Joined, Joiner
@@ -39,6 +39,7 @@ from grpo_doctor.logs.kinds import (
     CHILD_FAILED,
     GPU_FAULT,
     NCCL_ERROR,
+    NCCL_RAS,
     NCCL_TIMEOUT,
     NCCL_WATCHDOG_STATUS,
     PYTHON_TRACEBACK,
@@ -92,6 +93,7 @@ class LineScanner:
         self._joiner = Joiner(JOIN_SPECS)
         self._tracebacks: dict[str, tuple[TracebackState, int | None, int]] = {}
         self._blocks: dict[str, torchrun.ChildFailedBlock] = {}
+        self._ras: dict[str, nccl_ras.RasBlock] = {}  # NCCL RAS reports (ncclras output) being read, per stream
         self._seen: set[tuple[Any, ...]] = set()
         self._previous = ""  # the line before, raw: the first piece of a terminal-wrapped line
         self._wrap: tuple[str, int | None, str, int, int] | None = None  # (source, rank, text, index, pieces)
@@ -168,13 +170,15 @@ class LineScanner:
             self._scan_joined(joined, out)
         for source in list(self._blocks):
             self._emit_entries(self._blocks.pop(source).finish(), out)
+        for source in list(self._ras):
+            self._emit_entries(self._ras.pop(source).finish(), out, NCCL_RAS)
         for source in list(self._tracebacks):
             self._end_traceback(source, out)
         return sorted(out, key=_line_number)
 
     def _open(self) -> bool:
         """Whether a construct is open (a line without a keyword may then matter)."""
-        return bool(self._joiner.held or self._tracebacks or self._blocks or self._wrap)
+        return bool(self._joiner.held or self._tracebacks or self._blocks or self._ras or self._wrap)
 
     def _route(self, source: str, rank: int | None, text: str, out: list[Signature]) -> None:
         index = self._index
@@ -194,6 +198,14 @@ class LineScanner:
             self._emit_entries(entries, out)
             if block.closed:
                 del self._blocks[source]
+            if taken:
+                return
+        ras = self._ras.get(source)
+        if ras is not None:
+            taken, entries = ras.offer(text, index)
+            self._emit_entries(entries, out, NCCL_RAS)
+            if ras.closed:
+                del self._ras[source]
             if taken:
                 return
         held = self._tracebacks.get(source)
@@ -227,6 +239,12 @@ class LineScanner:
             tb.offer(text)
             self._tracebacks[source] = (tb, rank, index)
             return
+        if source not in self._ras and nccl_ras.opens_block(text):
+            ras = self._ras[source] = nccl_ras.RasBlock()
+            taken, entries = ras.offer(text, index)
+            self._emit_entries(entries, out, NCCL_RAS)
+            if taken:
+                return
         if source not in self._blocks and torchrun.opens_block(text):
             block = self._blocks[source] = torchrun.ChildFailedBlock()
             taken, entries = block.offer(text, index)
@@ -300,9 +318,10 @@ class LineScanner:
             self._seen.add(key)
         out.append(Signature(kind, rank, index, text.strip()[:_MAX_TEXT_CHARS], fields))
 
-    def _emit_entries(self, entries: list[tuple[dict[str, Any], int, str]], out: list[Signature]) -> None:
+    def _emit_entries(self, entries: list[tuple[dict[str, Any], int, str]], out: list[Signature],
+                      kind: str = CHILD_FAILED) -> None:
         for found, index, text in entries:
-            self._emit(CHILD_FAILED, None, index, text, found, out)
+            self._emit(kind, None, index, text, found, out)
 
     def _end_traceback(self, source: str, out: list[Signature]) -> None:
         held = self._tracebacks.pop(source, None)
@@ -321,6 +340,8 @@ class LineScanner:
             self._end_traceback(source, out)
         for source in [s for s, block in self._blocks.items() if block.last_line_index < cutoff]:
             self._emit_entries(self._blocks.pop(source).finish(), out)
+        for source in [s for s, ras in self._ras.items() if ras.last_line_index < cutoff]:
+            self._emit_entries(self._ras.pop(source).finish(), out, NCCL_RAS)
 
 
 def _padded_pieces(message: str) -> list[str] | None:

@@ -29,6 +29,7 @@ from grpo_doctor.analysis.rules import (
     length_collapse,
     nan_loss,
     nccl_error,
+    nccl_ras,
     nccl_timeout,
     rank_crash,
     rendezvous_failure,
@@ -44,6 +45,7 @@ from grpo_doctor.analysis.rules import (
 RULES: list[ModuleType] = [hang, rank_crash, cuda_oom, nccl_timeout, config_mismatch, version_mismatch, straggler,
                            nccl_error, rendezvous_failure, host_oom, vllm_memory, collective_mismatch,
                            gpu_fault,  # machine faults: Xid events, ECC, NVLink (issue 24)
+                           nccl_ras,  # NCCL's RAS report: the lost ranks' node, GPU, pid (issue 24)
                            # degenerate rollouts (issue 5)
                            seed_collision, nan_loss, dead_step, constant_reward, zero_std_groups, zero_kl,
                            length_collapse, entropy_collapse, stale_rollout_weights]
