@@ -24,9 +24,9 @@ that can explain it):
 - nccl-error that is not a peer's departure (e.g. "unhandled system error"): the crashes it caused.
 - seed-collision, constant-reward: identical completions / a constant reward leave every group with
   zero reward spread, hence dead steps, zero advantage and zero KL.
-A finding is a victim (explainable) when it says it waited for or lost a peer: nccl-timeout, an NCCL
-error of a departed peer, a rank-crash whose exception is a collective timeout or a lost connection,
-one ended by SIGABRT / SIGTERM after a failure elsewhere, or the crash of the very rank that ran out of
+A finding is a victim (explainable) when it says it waited for or lost a peer: nccl-timeout, the
+`hang` of one host's ranks waiting for a culprit (on any host: rules/hang.py), an NCCL error of a
+departed peer, a rank-crash whose exception is a collective timeout or a lost connection, one ended by SIGABRT / SIGTERM after a failure elsewhere, or the crash of the very rank that ran out of
 memory.
 
 Typical use:
@@ -115,6 +115,8 @@ def _is_victim(f: Finding, findings: list[Finding]) -> bool:
     """A finding that only says this rank waited for or lost another (never a root while a cause exists)."""
     if f.id == "nccl-timeout":
         return True
+    if f.id == "hang":  # the ranks of one host waiting for a culprit on any host (rules/hang.py)
+        return bool(f.evidence.get("waiting_for"))
     if f.id == "nccl-error":
         return _peer_departed(f)
     if f.id == "rank-crash":
@@ -193,8 +195,9 @@ def _memory_effects(root: Finding, other: Finding, findings: list[Finding]) -> b
 
 
 def _hang_effects(root: Finding, other: Finding, findings: list[Finding]) -> bool:
-    if other.id == "hang":  # the ranks hung because they waited in mismatched collectives
-        return root.id == "collective-mismatch"
+    if other.id == "hang":  # the ranks hung because they waited in mismatched collectives, or for the culprit
+        return root.id == "collective-mismatch" or (
+            root.id == "hang" and bool(set(other.evidence.get("waiting_for") or ()) & set(root.ranks)))
     if other.id == "rank-crash" and set(other.ranks) and set(other.ranks) <= set(root.ranks):
         return _crash_waited(other, findings)  # the culprit's own crash is news, a victim's is not
     return _collective_effects(root, other, findings)

@@ -47,6 +47,7 @@ from grpo_doctor.analysis import rollout_tables
 from grpo_doctor.analysis.clock import describe_offsets, host_offsets, shift_times
 from grpo_doctor.analysis.column_frames import joined
 from grpo_doctor.analysis.console_metrics import read_console_metrics
+from grpo_doctor.analysis.hang_reports import combine_hangs
 from grpo_doctor.analysis.metric_files import read_metric_files
 from grpo_doctor.analysis.probe_evidence import ProbeEvidence, load_probe, probe_files
 from grpo_doctor.analysis.signature_rows import SignatureRows, file_signatures
@@ -190,6 +191,7 @@ def load_evidence(paths: Sequence[str | Path], read_budget_bytes: int | None = R
                 raise EvidenceError(str(exc), exc.hint) from None
             ev.warnings += ev.run.warnings + sampled_files_warning(ev.run)
         _build_tables(ev)
+    ev.hangs = combine_hangs(ev.hangs)  # one report per hang however many hosts' watches looked at it
     ev.probe = load_probe(ev.paths, ev.warnings)
     return ev
 

@@ -76,7 +76,8 @@ def stack_sections(ev: Evidence) -> list[dict[str, Any]]:
         out.append({"host": hang.host, "file": hang.file or "",
                     "groups": list(hang.groups), "culprits": format_ranks(hang.culprits),
                     "odd": format_ranks(sorted(odd)), "ranks": per_rank,
-                    "stack_errors": {str(k): v for k, v in hang.stack_errors.items()},
+                    # every rank a key: the page asks for the error of each rank without a stack
+                    "stack_errors": {str(r): hang.stack_errors.get(r, "") for r in sorted(hang.ranks)},
                     "ptrace_denied": hang.ptrace_denied})
     return out
 
@@ -107,8 +108,9 @@ def _rank_text(key: str, value: Any) -> str | None:
 
 def _stack_text(hang: HangReport, rank: int) -> list[str]:
     """The rank's last py-spy capture as text lines (watch writes rank-NNNNN.txt beside the JSON).
-    The run directory may have been moved since: the capture is also looked for under its stacks/."""
-    dirs = [Path(d) for d in hang.stack_dirs][-1:]
+    The run directory may have been moved since: the capture is also looked for under its stacks/.
+    A verdict of several nodes' watches lists each node's two looks in turn: every second look is tried."""
+    dirs = [Path(d) for d in hang.stack_dirs][1::2] or [Path(d) for d in hang.stack_dirs][-1:]
     if hang.file:
         dirs += [Path(hang.file).parents[2] / "stacks" / d.name for d in dirs]
     for directory in dirs:

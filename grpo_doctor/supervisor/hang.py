@@ -31,6 +31,7 @@ from grpo_doctor.checks.stack_groups import (
     odd_ranks,
 )
 from grpo_doctor.schema import RunPaths
+from grpo_doctor.schema.run_paths import host_dir_name
 from grpo_doctor.schema.stacks import StackCapture
 from grpo_doctor.schema.watch_files import HangRank, HangReport
 from grpo_doctor.supervisor.progress import ProgressTracker
@@ -40,12 +41,19 @@ MAX_FR_FILES_LISTED = 64
 
 
 def hang_lines(report: HangReport) -> list[str]:
-    """What watch prints about a hang, a few lines."""
+    """What watch prints about a hang, a few lines. A verdict of several nodes' watches (report.fleet)
+    names each culprit's host and each node it could not hear; every watch of the job prints the same."""
     ranks = report.ranks
     whose = f"rank(s) {format_ranks(ranks)}" if ranks else "the job's Ray workers (no rank known)"
-    out = [f"hang on {report.host}: no progress from {whose}"]
+    fleet = report.fleet
+    if fleet is not None:
+        nodes = f"{len(fleet.nodes)} of {fleet.nnodes} nodes" if fleet.nnodes else f"{len(fleet.nodes)} nodes"
+        out = [f"hang on {nodes} (verdict {fleet.id} of {fleet.decider}'s watch): no progress from {whose}"]
+    else:
+        out = [f"hang on {report.host}: no progress from {whose}"]
     if report.culprits:
-        where = "; ".join(f"rank {r}{_role(ranks[r].role)}{_where(ranks[r])}" for r in report.culprits if r in ranks)
+        where = "; ".join(f"rank {r}{_role(ranks[r].role)}{_on_host(report, r)}{_where(ranks[r])}"
+                          for r in report.culprits if r in ranks)
         out.append(f"  the others wait for: {where}")
     elif waited_for := [a for a in report.actors if a.get("waited_for")]:
         out.append("  the others wait for: " + "; ".join(f"Ray worker pid {a.get('pid')} ({a.get('role')})"
@@ -66,7 +74,14 @@ def hang_lines(report: HangReport) -> list[str]:
                    f"{actor.get('where') or 'no stack'}")
     if report.flight_recorder_files:
         out.append(f"  NCCL flight-recorder dumps: {len(report.flight_recorder_files)} file(s) in fr/")
+    if fleet is not None:
+        out += [f"  node {node}: {why}" for node, why in sorted(fleet.missing.items())]
     return out
+
+
+def _on_host(report: HangReport, rank: int) -> str:
+    """" on node1" where the report holds several hosts' ranks."""
+    return f" on {report.host_of(rank)}" if report.fleet is not None or len(report.hosts) > 1 else ""
 
 
 def _role(role: str | None) -> str:
@@ -105,7 +120,8 @@ def investigate(
     stacks are taken with the ranks' (keyed by -pid, so they group with them but are never a rank)."""
     roles, actors = roles or {}, actors or {}
     now_mono = time.monotonic()
-    first_dir, second_dir = paths.hang_stacks(time.strftime("%Y%m%d-%H%M%S"))
+    # The host in the name: the watches of several nodes may take stacks into one shared run directory.
+    first_dir, second_dir = paths.hang_stacks(f"{time.strftime('%Y%m%d-%H%M%S')}-{host_dir_name(socket.gethostname())}")
     fr_dir = paths.flight_recorder
     targets = {**pids, **{-pid: pid for pid in actors if pid not in pids.values()}}
     first = capture_stacks(targets, first_dir, native=native, timeout_s=stack_timeout_s)

@@ -5,6 +5,11 @@ and rank processes, and when every running rank has stalled, takes all stacks an
 rank the others wait for. At the end — normal exit, crash, hang, Ctrl-C — it writes the run's
 summary and prints the last word on every rank.
 
+On a job of several nodes (one watch per node, docs/clusters.md) the watches form a fleet
+(supervisor/fleet.py): the hang is judged over every rank of every node by the live watch with the
+lowest node id, every watch prints that one verdict and, with --on-hang kill, ends its own node's
+processes; a watch that hears no other node judges its node alone and says so.
+
 Typical use:
     status = Watch(WatchOptions(command=["torchrun", ...], run_dir=Path("runs/x"))).run()
 """
@@ -21,6 +26,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Hashable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -36,6 +42,9 @@ from grpo_doctor.supervisor.alerts import Alerter, AlertSettings
 from grpo_doctor.supervisor.childenv import child_environment
 from grpo_doctor.supervisor.console import Console
 from grpo_doctor.supervisor.discovery import discover_ranks, is_alive
+from grpo_doctor.supervisor.fleet import Fleet, FleetSettings, FleetView
+from grpo_doctor.supervisor.fleet_channel import store_address
+from grpo_doctor.supervisor.fleet_verdict import build_verdict, fleet_stall, stall_name
 from grpo_doctor.supervisor.guardian import TOKEN_ENV, Guardian
 from grpo_doctor.supervisor.hang import hang_lines, investigate
 from grpo_doctor.supervisor.launch import ProcessTree
@@ -55,6 +64,9 @@ LOOP_S = 0.5  # event-log poll; a stall is judged in seconds, so this costs litt
 DISCOVER_EVERY_S = 1.0
 PIPE_BYTES = 2**20  # the job's output pipes: 20 ms of output at 50 MB/s, so a busy watch thread never stalls it
 SWITCH_INTERVAL_S = 0.0005  # the tee threads get the GIL back from the scanner within this
+FLEET_STACKS_WAIT_S = 10.0  # past the second look: how long the decider waits for the other nodes' stacks
+FLEET_ACK_WAIT_S = 3.0  # how long the decider waits for the other watches to read a kill verdict before its own kill
+FLEET_END_WAIT_S = 30.0  # at the end, how long the report's writer waits for the other nodes' watches to finish
 
 
 @dataclass(frozen=True)
@@ -71,6 +83,8 @@ class WatchOptions:
     gpu_memory_bytes: int | None = None  # for the memory plan at start where NVML is absent
     instrument: bool = False  # --instrument: zero-code phases and steps (grpo_doctor/rank/auto/)
     alerts: AlertSettings = field(default_factory=AlertSettings)  # --notify, --on-hang-exec, ...
+    fleet: str = "auto"  # --fleet: how the watches of several nodes meet (fleet.py's CHANNELS)
+    fleet_port: int | None = None  # --fleet-port: the TCPStore's port (default MASTER_PORT + 11)
 
 
 class Watch:
@@ -100,6 +114,14 @@ class Watch:
         self._last_busy_mono = time.monotonic()  # last time a rank used CPU or was not yet measured
         self.stalls = StallSchedule()
         self._internal_errors: set[type] = set()
+        self.fleet: Fleet | None = None
+        self.writes_report = True  # False: another node's watch writes the report of this shared run directory
+        self._look: _Look | None = None  # as the deciding watch: the look being gathered
+        self._answered: str | None = None  # the last look of the decider this watch sent its stacks for
+        self._applied: set[str] = set()  # the fleet verdicts this watch printed
+        self._kill_after: tuple[str, float] | None = None  # as the decider: (verdict, monotonic deadline)
+        self._num_verdicts = 0
+        self._alone_said = False
 
     # -- main loop ------------------------------------------------------------------------
 
@@ -123,6 +145,7 @@ class Watch:
         self.console.note(f"watching pid {self.tree.pid}; run directory {self.paths.root}")
         for line in cluster_lines(self.cluster):
             self.console.note(line)
+        self._start_fleet()
         for pipe in (self.tree.proc.stdout, self.tree.proc.stderr):
             _widen_pipe(pipe.fileno())
         sys.setswitchinterval(SWITCH_INTERVAL_S)
@@ -157,14 +180,9 @@ class Watch:
                         self._discover()
                         next_discovery = now + DISCOVER_EVERY_S
                     self._update_panel(now)
-                    if status is None and self._hung(now):
-                        self._investigate()
-                        if self.opts.on_hang == "kill":
-                            self.console.note("ending the job (--on-hang kill)")
-                            self.live_scan.end_of_job()  # its tracebacks now are our doing: not noted
-                            self.tree.end(self.opts.grace_s)
-                            hang_ended = True
-                            status = self.tree.wait(1.0)
+                    if status is None and self._hang_step(now):
+                        hang_ended = True
+                        status = self.tree.wait(1.0)
                 except Exception as exc:  # supervision failing must never be what ends the job
                     self._internal_error(exc)
         finally:
@@ -179,8 +197,10 @@ class Watch:
             self.live_scan.stop(timeout_s=10.0)
             self.tracker.poll(time.monotonic())
             self.console.close()
+        hang_ended = self._late_verdict() or hang_ended
         exit_status = HANG_EXIT if hang_ended else _shell_status(status)
         self._finish(status, exit_status, hang_ended)
+        self._end_fleet()
         return exit_status
 
     # -- pieces -----------------------------------------------------------------------------
@@ -250,18 +270,24 @@ class Watch:
 
     def _hung(self, now: float) -> bool:
         """Every running rank has stalled, and this stall is due a look (see stall.StallSchedule)."""
+        state, key, idle_s = self._stall_state(now)
+        return state == "stalled" and self.stalls.due(key, idle_s)
+
+    def _stall_state(self, now: float) -> tuple[str, Hashable | None, float]:
+        """("stalled", the stall's key, idle s) when every running rank has stalled; ("progress", ...) when
+        one has not; ("idle", ...) with no rank or worker running (not started yet, or ended)."""
         running = [r for r in self.tracker.running() if r not in self.gone]
         if running:
             stalled = self.tracker.stalled(now)
             if not all(r in stalled for r in running):
-                return False
+                return "progress", None, 0.0
             # Records are the progress of an instrumented rank: one that stalls but keeps printing
             # is the same stall, looked at again only as it grows.
             key = tuple(sorted((r, p.num_records) for r, p in self.tracker.ranks.items()))
-            return self.stalls.due(key, min(stalled.values()))
+            return "stalled", key, min(stalled.values())
         live = [r for r in self.rank_pids if r not in self.gone]
         if not live and not self.ray.unranked():
-            return False
+            return "idle", None, 0.0
         # Silence counts from the last sign of work: output, or a rank (or, with no ranks known, a
         # Ray worker) using CPU. A rank the sampler has not measured yet (just discovered, still
         # importing torch) counts as busy, so a slow start is never taken for a hang.
@@ -269,26 +295,205 @@ class Watch:
             self._last_busy_mono = now
         quiet_since = max(self._last_output_mono, self._last_busy_mono)
         idle_s = now - quiet_since
-        return idle_s >= self.opts.uninstrumented_timeout_s and self.stalls.due(("quiet", quiet_since), idle_s)
+        if idle_s >= self.opts.uninstrumented_timeout_s:
+            return "stalled", ("quiet", quiet_since), idle_s
+        return "progress", None, idle_s
 
-    def _investigate(self) -> HangReport:
+    def _hang_step(self, now: float) -> bool:
+        """Judges a hang, alone or with the other nodes' watches; True when it ended the job."""
+        if self.fleet is None:
+            return self._hung(now) and self._alone(self._investigate())
+        state, key, idle_s = self._stall_state(now)
+        own = (state, stall_name(key), round(idle_s, 1))
+        self.fleet.set_beat(state=state, stall=own[1], idle_s=own[2] if state == "stalled" else None,
+                            ranks=self._beat_ranks(now), on_hang=self.opts.on_hang)
+        view = self.fleet.view()
+        if self._kill_after is not None:
+            return self._kill_when_read(view, now)
+        if not view.connected and self._look is None:
+            # No other node's watch is heard (none started one, or they cannot be reached): today's
+            # behaviour, this node judged alone.
+            if state != "stalled" or not self.stalls.due(key, idle_s):
+                return False
+            if not self._alone_said:
+                self._alone_said = True
+                silent = "; ".join(f"node {n}: {why}" for n, why in sorted(view.silent.items()) if n != view.me)
+                self.console.note(f"fleet: no other node's watch heard from through the {view.channel or 'channel'} "
+                                  f"({silent or 'none'}); this hang is judged on this node alone")
+            return self._alone(self._investigate())
+        if view.deciding:
+            return self._decide(view, own, now)
+        self._look = None  # a decider again later starts its own look
+        if view.look and view.look != self._answered:
+            self._answered = view.look
+            self.fleet.answer(view.look, self._investigate(fleet_look=view.look))
+        if view.verdict is not None and view.verdict[0] not in self._applied:
+            return self._apply(*view.verdict, deciding=False, now=now)
+        return False
+
+    def _decide(self, view: FleetView, own: tuple[str, str | None, float], now: float) -> bool:
+        """As the deciding watch: ask for a look when the whole job stalled, then merge the answers."""
+        if self._look is None:
+            stall = fleet_stall(view, own)
+            if stall is None or not self.stalls.due(stall.key, stall.idle_s):
+                return False
+            self._num_verdicts += 1
+            look = _Look(f"{self.host}-{self._num_verdicts}", now)
+            self._look = look
+            self.fleet.ask(look.id)
+            look.own = self._investigate(fleet_look=look.id)
+            self.fleet.answer(look.id, look.own)
+            return False
+        look = self._look
+        reports = {n: report for n, (look_id, report) in view.stacks.items() if look_id == look.id and n in view.live}
+        reports[view.me] = look.own
+        waiting = [n for n in view.live if n not in reports]
+        wait_s = self.opts.second_look_s + FLEET_STACKS_WAIT_S
+        if waiting and now - look.started_mono < wait_s:
+            return False
+        missing = dict(view.silent) | {n: f"no stacks within {wait_s:.0f} s" for n in waiting}
+        verdict = build_verdict(look.id, reports, view, missing, decider_host=self.host,
+                                nnodes=self.fleet.settings.nnodes, action=self.opts.on_hang)
+        self._look = None
+        self.fleet.decide(look.id, verdict)
+        return self._apply(look.id, verdict, deciding=True, now=now)
+
+    def _apply(self, verdict_id: str, report: HangReport, *, deciding: bool, now: float) -> bool:
+        """Every watch: print the fleet's verdict, keep it as this node's hang-N.json, end this node's
+        processes when it says so. Only the decider alerts."""
+        self._applied.add(verdict_id)
+        hang_file = self._keep(report)
+        for line in hang_lines(report):
+            self.console.note(line)
+        if deciding:
+            self.alerter.send("hang", finding_from_hang(report, hang_file))
+        else:
+            self.alerter.notified_ids.add("hang")  # the decider alerted: not again with this node's report
+            self.fleet.applied(verdict_id)
+        if report.fleet is None or report.fleet.action != "kill":
+            return False
+        if deciding:  # once the others read it: a node whose ranks die first would end on its own
+            self._kill_after = (verdict_id, now + FLEET_ACK_WAIT_S)
+            return self._kill_when_read(self.fleet.view(), now)
+        return self._end_job(f"ending the job (--on-hang kill of {report.fleet.decider}'s watch; each node's watch "
+                             "ends its own processes)")
+
+    def _kill_when_read(self, view: FleetView, now: float) -> bool:
+        verdict_id, deadline = self._kill_after
+        unread = [n for n in view.live if n != view.me and getattr(view.beats.get(n), "seen", None) != verdict_id]
+        if unread and now < deadline:
+            return False
+        self._kill_after = None
+        return self._end_job("ending the job (--on-hang kill; each node's watch ends its own processes)")
+
+    def _alone(self, report: HangReport) -> bool:
+        """This node judged alone (today's behaviour): the report is printed, alerted and kept."""
+        hang_file = self._keep(report)
+        for line in hang_lines(report):
+            self.console.note(line)
+        self.alerter.send("hang", finding_from_hang(report, hang_file))  # in the background: never a delay
+        return self.opts.on_hang == "kill" and self._end_job("ending the job (--on-hang kill)")
+
+    def _end_job(self, line: str) -> bool:
+        self.console.note(line)
+        self.live_scan.end_of_job()  # its tracebacks now are our doing: not noted
+        self.tree.end(self.opts.grace_s)
+        return True
+
+    def _keep(self, report: HangReport) -> Path:
+        self.hangs.append(report)
+        hang_file = self.watch_files.hang_report(len(self.hangs))
+        self.files.write(hang_file.name, lambda: hang_file.write_text(json.dumps(report.to_dict(), indent=2, default=str)))
+        return hang_file
+
+    def _investigate(self, fleet_look: str | None = None) -> HangReport:
+        """This node's ranks' stacks, twice (hang.py). For a fleet's look they go to the decider, not to
+        the console as a verdict."""
         pids = {r: p for r, p in self.rank_pids.items() if r not in self.gone}
         actors = self.ray.unranked()
         whose = f"rank(s) {format_ranks(pids)}" if pids else "no rank"
-        self.console.note(f"no progress from any running rank; taking the stacks of {whose}"
+        why = f"look {fleet_look}: every node's ranks stalled" if fleet_look else "no progress from any running rank"
+        self.console.note(f"{why}; taking the stacks of {whose}"
                           + (f" and of {len(actors)} Ray worker(s) with no rank" if actors else ""))
-        report = investigate(
+        return investigate(
             pids, self.tracker, self.paths,
             second_look_s=self.opts.second_look_s, native=self.opts.native, gpus=self.sampler.latest_gpus(),
             roles={r: self.ray.role(r) for r in pids if self.ray.role(r)}, actors=actors,
         )
-        self.hangs.append(report)
-        hang_file = self.watch_files.hang_report(len(self.hangs))
-        self.files.write(hang_file.name, lambda: hang_file.write_text(json.dumps(report.to_dict(), indent=2, default=str)))
-        for line in hang_lines(report):
-            self.console.note(line)
-        self.alerter.send("hang", finding_from_hang(report, hang_file))  # in the background: never a delay
-        return report
+
+    def _beat_ranks(self, now: float) -> dict[int, tuple]:
+        """This node's ranks for its beat: step, open phase, seconds since progress, pid."""
+        out = {}
+        for rank, p in self.tracker.ranks.items():
+            pid = self.rank_pids.get(rank)
+            if pid is None and p.host != self.host:
+                continue  # another node's rank, read from a shared run directory
+            idle = round(now - p.seen_mono, 1) if p.seen_mono is not None else None
+            out[rank] = (p.step, p.open_path, idle, pid or p.pid)
+        return out
+
+    # -- the fleet --------------------------------------------------------------------------------
+
+    def _start_fleet(self) -> None:
+        """Joins the other nodes' watches of a job of several nodes (NNODES, SLURM_NNODES above 1)."""
+        nnodes, node = self.cluster.nnodes, self.cluster.node_rank
+        if self.opts.fleet == "off" or not nnodes or nnodes < 2:
+            return
+        if node is None:
+            self.console.note("fleet: no node id (NODE_RANK, SLURM_NODEID, PET_NODE_RANK unset): hangs are "
+                              "judged on this node alone")
+            return
+        store = store_address(self.cluster.master_addr, self.cluster.master_port, self.opts.command,
+                              self.opts.fleet_port)
+        settings = FleetSettings(node=node, nnodes=nnodes, host=self.host, channel=self.opts.fleet, store=store)
+        self.fleet = Fleet(settings, self.paths, note=self.console.note)
+        self.fleet.start()
+        where = f"a TCPStore at {store[0]}:{store[1]}" if store else "no TCPStore (no master address)"
+        ways = {"auto": f"the run directory and {where}", "dir": "the run directory", "store": where}
+        self.console.note(f"fleet: node {node} of {nnodes}; hangs are judged over every node's ranks by the live "
+                          f"watch with the lowest node id (through {ways[self.opts.fleet]})")
+
+    def _late_verdict(self) -> bool:
+        """After the job ended: whether a kill verdict of the fleet ended it. The decider's ranks may die
+        of the other nodes' kills before its own; a watch whose ranks did so before it read the verdict
+        it sent its stacks for still prints and keeps it (waiting at most FLEET_ACK_WAIT_S)."""
+        if self.fleet is None:
+            return False
+        if self._kill_after is not None:
+            self._kill_after = None
+            return True
+        look = self._answered
+        deadline = time.monotonic() + FLEET_ACK_WAIT_S
+        while look is not None and look not in self._applied and time.monotonic() < deadline:
+            view = self.fleet.view()
+            if view.verdict is not None and view.verdict[0] == look:
+                verdict = view.verdict[1]
+                self._apply(look, verdict, deciding=False, now=time.monotonic())
+                return verdict.fleet is not None and verdict.fleet.action == "kill"
+            time.sleep(0.1)
+        return False
+
+    def _end_fleet(self) -> None:
+        """At the end: say this node is done. In a shared run directory only the decider writes the report,
+        once the other nodes' watches are done (at most FLEET_END_WAIT_S)."""
+        if self.fleet is None:
+            return
+        try:
+            self.fleet.finish()
+            shared = self.fleet.shares_directory()
+            view = self.fleet.view()
+            if shared and view.connected and not view.deciding:
+                self.writes_report = False
+                host = view.beats[view.decider].host if view.decider in view.beats else f"node {view.decider}"
+                self.console.note(f"the report of every node is written by {host}'s watch (node {view.decider}): "
+                                  f"{self.paths.report_html}")
+            elif shared:
+                pending = self.fleet.wait_for_done(FLEET_END_WAIT_S)
+                if pending:
+                    self.console.note(f"writing the report without waiting longer for {', '.join(sorted(pending.values()))} "
+                                      f"(not done after {FLEET_END_WAIT_S:.0f} s)")
+        finally:
+            self.fleet.close()
 
     def _alert_live(self) -> None:
         """--alert-live: the first critical finding watch itself sees while the job runs (a shared sampling seed)."""
@@ -344,6 +549,15 @@ class Watch:
         for line in summary_lines(summary):
             self.console.note(line)
         self.console.note(f"run directory: {self.paths.root}")
+
+
+@dataclass
+class _Look:
+    """The deciding watch's look at a stall of the whole job: its id, when it was asked, its own stacks."""
+
+    id: str
+    started_mono: float
+    own: HangReport | None = None
 
 
 def _widen_pipe(fd: int) -> None:

@@ -18,6 +18,14 @@ the rank waiting on, "reward", "data-loader", "server-request", "collective" or 
 hangs and the library frame around it; analysis/culprit_kind.py), `stack_dirs`, `flight_recorder_files`. From the rank records also:
 `waiting_ranks`, `idle_s` ({culprit: s}), `timeout_ms`, `waiting_calls` ({rank: {"op", "site", ...}}:
 the collective each waiting rank timed out in), `waiting_errors`, `ended` ({culprit: how it ended}).
+
+Across hosts: the watches of a job's nodes give one verdict (supervisor/fleet.py), and looks of several
+hosts at one hang are merged (analysis/hang_reports.py). Such a hang is one finding on the rank(s) the
+others wait for, whatever host they ran on, with `rank_hosts` ({rank: host}), `hosts_merged` (every
+host whose ranks it holds) and `fleet` (the verdict's id, decider, nodes merged and nodes missing);
+and one finding per host of the ranks there that wait for them (`waiting_for`: the culprits,
+`culprit_hosts`, `waiting_call`: the collective they wait in, {"op", "site", ...}), a consequence of
+the first (analysis/incidents.py).
 """
 from __future__ import annotations
 
@@ -33,9 +41,10 @@ from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.analysis.rank_progress import collective_failures, completed, rank_positions
 from grpo_doctor.checks.stack_groups import collective_call
 from grpo_doctor.schema.ranks import format_ranks
-from grpo_doctor.schema.watch_files import HangRank
+from grpo_doctor.schema.watch_files import HangRank, HangReport
 
 ID = "hang"
+MAX_HOSTS_IN_TITLE = 3  # a title names this many hosts, else counts them
 
 HINT_STACKS = ("Compare the stacks of the named ranks with the others' (stack_dirs): the culprits are in a different "
                "collective, still computing, or blocked in user code (a reward function, a data loader, a request "
@@ -165,10 +174,13 @@ def _from_watch(run: Evidence) -> Iterator[Finding]:
         stacks = culprit_evidence(captures, culprits or odd)
         kinds = _culprit_kinds(captures, culprits or odd, ranks_info)
         roles = {r: info.role for r, info in sorted(ranks_info.items()) if info.role}
+        hosts_merged = report.hosts if len(report.hosts) > 1 else ()  # several hosts' ranks (supervisor/fleet.py)
         if culprits:
             # A Ray job's culprit is named by its actor too: "rank(s) 1 (ray::PolicyWorker.train_step)".
             role = f" ({roles[culprits[0]]})" if len(culprits) == 1 and culprits[0] in roles else ""
-            title = f"hang on {host}: the other ranks wait for rank(s) {format_ranks(culprits)}{role}{where}{at}"
+            others = f" (on {_hosts_text(hosts_merged)})" if hosts_merged else ""
+            title = (f"hang on {host}: the other ranks{others} wait for rank(s) {format_ranks(culprits)}"
+                     f"{_on_hosts(report, culprits) if hosts_merged else ''}{role}{where}{at}")
             title += _code_clause(stacks["culprit_code"])
         elif odd:
             title = (f"hang on {host}: rank(s) {format_ranks(odd)} wait{where}{at} in a different collective from "
@@ -177,9 +189,10 @@ def _from_watch(run: Evidence) -> Iterator[Finding]:
             title = _ray_workers_title(host, report.actors)
         else:
             title = f"hang on {host}: no progress from rank(s) {format_ranks(named)}{where}{at}"
+        named_hosts = tuple(dict.fromkeys(report.host_of(r) for r in named)) if hosts_merged else ()
         yield Finding(
-            id=ID, severity="critical", title=title, ranks=tuple(named), hosts=(host,) if host else (),
-            step=step, phase=phase,
+            id=ID, severity="critical", title=title, ranks=tuple(named),
+            hosts=named_hosts or ((host,) if host else ()), step=step, phase=phase,
             evidence={"source": "watch", "host": host, "hang_file": report.file, "culprits": culprits,
                       "odd_ranks": odd, "stuck_ranks": stuck, "moving_ranks": moving,
                       "open_phases": {r: info.open_phase for r, info in sorted(ranks_info.items())},
@@ -190,9 +203,55 @@ def _from_watch(run: Evidence) -> Iterator[Finding]:
                       "stack_dirs": list(report.stack_dirs),
                       "flight_recorder_files": list(report.flight_recorder_files),
                       **({"ray_roles": roles} if roles else {}),
-                      **({"ray_workers_without_rank": list(report.actors)} if report.actors else {})},
+                      **({"ray_workers_without_rank": list(report.actors)} if report.actors else {}),
+                      **_across_hosts(report, hosts_merged)},
             hints=_watch_hints(run, kinds, stacks["culprit_stacks"], report.flight_recorder_files),
         )
+        if hosts_merged and culprits:
+            yield from _waiting_on_each_host(report, captures, culprits)
+
+
+def _across_hosts(report: HangReport, hosts_merged: tuple[str, ...]) -> dict:
+    if not hosts_merged:
+        return {}
+    out = {"hosts_merged": list(hosts_merged), "rank_hosts": {r: report.host_of(r) for r in sorted(report.ranks)}}
+    return out | ({"fleet": report.fleet.to_dict()} if report.fleet is not None else {})
+
+
+def _waiting_on_each_host(report: HangReport, captures: list, culprits: list[int]) -> Iterator[Finding]:
+    """The ranks of each host that wait for the culprits, one finding per host: consequences of the hang."""
+    calls = {c.rank: call for c in captures if (call := collective_call(main_frames(c))) is not None}
+    culprit_hosts = list(dict.fromkeys(report.host_of(r) for r in culprits))
+    for host in report.hosts:
+        waiting = [r for r in sorted(report.ranks) if report.host_of(r) == host and r not in culprits]
+        if not waiting:
+            continue
+        lead = report.ranks[waiting[0]]
+        call = next((calls[r] for r in waiting if r in calls), None)
+        how = f" in {call.op} ({call.site})" if call else (f" in {lead.open_phase}" if lead.open_phase else "")
+        at = f" at step {lead.step}" if lead.step is not None else ""
+        yield Finding(
+            id=ID, severity="warning",
+            title=(f"rank(s) {format_ranks(waiting)} on {host} wait{how}{at} for rank(s) {format_ranks(culprits)}"
+                   f"{_on_hosts(report, culprits)}"),
+            ranks=tuple(waiting), hosts=(host,), step=lead.step, phase=lead.open_phase,
+            evidence={"source": "watch", "host": host, "hang_file": report.file, "waiting_for": list(culprits),
+                      "culprit_hosts": culprit_hosts, "waiting_call": call.to_dict() if call else None,
+                      "open_phases": {r: report.ranks[r].open_phase for r in waiting},
+                      "steps": {r: report.ranks[r].step for r in waiting},
+                      "stuck_ranks": [r for r in waiting if report.ranks[r].verdict == "stuck"],
+                      "moving_ranks": [r for r in waiting if report.ranks[r].verdict == "moving"]},
+            hints=(HINT_STACKS,),
+        )
+
+
+def _on_hosts(report: HangReport, ranks: list[int]) -> str:
+    return f" on {_hosts_text(tuple(dict.fromkeys(report.host_of(r) for r in ranks)))}"
+
+
+def _hosts_text(hosts: tuple[str, ...]) -> str:
+    """"node0, node1", or "128 hosts" past MAX_HOSTS_IN_TITLE."""
+    return ", ".join(hosts) if len(hosts) <= MAX_HOSTS_IN_TITLE else f"{len(hosts)} hosts"
 
 
 def _culprit_kinds(captures: list, ranks: list[int], ranks_info: dict[int, HangRank]) -> dict[int, CulpritKind]:
