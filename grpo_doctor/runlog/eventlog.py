@@ -21,7 +21,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 from grpo_doctor.runlog.decode import checked_record, decode_line, paused_gc
-from grpo_doctor.runlog.lines import lines_of
+from grpo_doctor.runlog.file_warnings import FileWarnings
+from grpo_doctor.runlog.lines import MAX_LINE_BYTES, file_kind, lines_of
 from grpo_doctor.runlog.rank_log import RankLog, RunLog
 from grpo_doctor.schema import (
     SCHEMA_VERSION,
@@ -57,13 +58,17 @@ def load_run(paths: Sequence[str | Path], read_files: RankFilesReader | None = N
     if not paths:
         raise RunDirError("no run directory given", "pass the run directory that watch or the trainer printed")
     run = RunLog(dirs=[Path(p) for p in paths])
-    files = [rank_file for path in run.dirs for rank_file in _rank_files(path, run.warnings)]
+    said = FileWarnings()  # per-file warnings, one line per reason when many files share it
+    files = [rank_file for path in run.dirs for rank_file in _rank_files(path, said)]
     with paused_gc():
         for rank_file, log in zip(files, (read_files or _read_one_by_one)(files), strict=True):
             if isinstance(log, OSError):
-                run.warnings.append(f"{rank_file}: cannot be read ({log.strerror}); its rank is left out")
+                why = log.strerror or str(log)
+                said.add(f"{{n}} rank files cannot be read ({why}); their ranks are left out",
+                         f"{rank_file}: cannot be read ({why}); its rank is left out", str(rank_file))
                 continue
-            _merge(run, log)
+            _merge(run, log, said)
+    run.warnings += said.lines()
     _warn_about_gaps(run)
     return run
 
@@ -76,7 +81,7 @@ def _read_one_by_one(files: list[Path]) -> Iterator[RankLog | OSError]:
             yield exc
 
 
-def _rank_files(path: Path, warnings: list[str]) -> list[Path]:
+def _rank_files(path: Path, said: FileWarnings) -> list[Path]:
     """The rank files of a run directory, or `path` itself when it is a file. What is no regular
     file (a FIFO would block the reader forever, a device never end) is skipped with a warning."""
     try:
@@ -98,7 +103,7 @@ def _rank_files(path: Path, warnings: list[str]) -> list[Path]:
     except OSError as exc:  # not a directory, or not readable by this user
         raise RunDirError(f"{ranks_dir} cannot be read ({exc.strerror})",
                           "check that directory's permissions (the user running grpo-doctor must read it)") from None
-    files = regular_files([ranks_dir / name for name in names], warnings)
+    files = _regular_files([ranks_dir / name for name in names], said)
     if not files:
         raise RunDirError(
             f"{path} holds no rank files (expected {ranks_dir}/rank-00000.jsonl, ...)",
@@ -111,29 +116,37 @@ RANK_FILE_GLOB = re.compile(r"rank-.*\.jsonl\Z", re.S)
 
 
 def regular_files(paths: Iterable[Path], warnings: list[str]) -> list[Path]:
-    """The paths that are regular files, without opening any; each other one named in a warning
-    (a FIFO, device or socket: opening it could block, reading it never end)."""
+    """The paths that are regular files, without opening any; the others named in warnings (a FIFO,
+    device or socket: opening it could block, reading it never end), one line per reason when many
+    share it. What is opened is checked again (lines.open_rank_file): the path may change."""
+    said = FileWarnings()
+    out = _regular_files(paths, said)
+    warnings += said.lines()
+    return out
+
+
+def _regular_files(paths: Iterable[Path], said: FileWarnings) -> list[Path]:
     out = []
     for path in paths:
         try:
             mode = os.stat(path).st_mode
         except OSError as exc:
-            warnings.append(f"{path}: cannot be read ({exc.strerror}); left out")
+            why = exc.strerror or str(exc)
+            said.add(f"{{n}} files cannot be read ({why}); left out", f"{path}: cannot be read ({why}); left out",
+                     str(path))
             continue
         if stat.S_ISREG(mode):
             out.append(path)
         else:
-            warnings.append(f"{path}: cannot be read ({special_file_kind(mode)}, not a regular file); skipped")
+            kind = special_file_kind(mode)
+            said.add(f"{{n}} files are {kind}, not a regular file; skipped",
+                     f"{path}: cannot be read ({kind}, not a regular file); skipped", str(path))
     return out
 
 
 def special_file_kind(mode: int) -> str:
     """'a FIFO', 'a character device', ... for what `os.stat` says is no regular file or directory."""
-    for test, name in ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory")):
-        if test(mode):
-            return name
-    return "not a regular file"
+    return file_kind(mode)
 
 
 def read_rank_file(path: str | Path) -> RankLog:
@@ -155,35 +168,57 @@ def read_rank_file(path: str | Path) -> RankLog:
     return log
 
 
-def _merge(run: RunLog, log: RankLog) -> None:
+def _merge(run: RunLog, log: RankLog, said: FileWarnings) -> None:
+    """`log` into `run`; what is wrong with it said to `said` (one line per reason for many files)."""
+    _warn_about_file(log, said)
+    if log.last_record is not None:
+        if log.rank in run.ranks:
+            other = run.ranks[log.rank]
+            said.add("{n} ranks appear in two files each; records merged in time order",
+                     f"rank {log.rank} appears in both {other.path} and {log.path}; records merged in time order",
+                     f"rank {log.rank} ({other.path} and {log.path})")
+            other.absorb(log)
+        else:
+            run.ranks[log.rank] = log
+
+
+def _warn_about_file(log: RankLog, said: FileWarnings) -> None:
     where = str(log.path)
     if log.num_bad_lines:
         how = " (the last line is truncated: the process died while writing)" if log.truncated_tail else ""
         why = f" ({log.first_bad_reason})" if log.first_bad_reason else ""
         at = f"byte {log.first_bad_line - 1}" if log.sampled else f"line {log.first_bad_line}"
-        run.warnings.append(f"{where}: skipped {log.num_bad_lines} unreadable line(s), first at {at}{why}{how}")
+        said.add("{n} rank files hold unreadable lines, {amount} in all, skipped",
+                 f"{where}: skipped {log.num_bad_lines} unreadable line(s), first at {at}{why}{how}",
+                 f"{where} ({log.num_bad_lines} from {at})", amount=log.num_bad_lines)
+    if log.num_damaged_regions:
+        cap = f"{MAX_LINE_BYTES // 2**20} MB"
+        said.add(f"{{n}} rank files hold regions with no newline within {cap} (garbage, or a hole of NUL bytes), "
+                 "{amount} in all, given up; the rest of each file was read",
+                 f"{where}: {log.num_damaged_regions} region(s) with no newline within {cap} (garbage, or a hole "
+                 f"of NUL bytes), first at byte {log.first_damaged_offset}, given up; the rest of the file was read",
+                 f"{where} (from byte {log.first_damaged_offset})", amount=log.num_damaged_regions)
     if log.last_record is None:
-        run.warnings.append(f"{where}: no readable records")
+        said.add("{n} rank files hold no readable records", f"{where}: no readable records", where)
         return
     if log.header is None:
-        run.warnings.append(f"{where}: no header record; host and launch settings of rank {log.rank} are unknown")
+        said.add("{n} rank files hold no header record; host and launch settings of their ranks are unknown",
+                 f"{where}: no header record; host and launch settings of rank {log.rank} are unknown", where)
     newer = [h.schema_version for h in log.headers if h.schema_version > SCHEMA_VERSION]
     if newer:
-        run.warnings.append(
-            f"{where}: written with schema {max(newer)}, this grpo-doctor reads {SCHEMA_VERSION}; "
-            "upgrade grpo-doctor to read every field"
-        )
+        said.add(f"{{n}} rank files were written with a newer schema than {SCHEMA_VERSION}, which this grpo-doctor "
+                 "reads; upgrade grpo-doctor to read every field",
+                 f"{where}: written with schema {max(newer)}, this grpo-doctor reads {SCHEMA_VERSION}; "
+                 "upgrade grpo-doctor to read every field", f"{where} (schema {max(newer)})")
     for size in sorted({h.world_size for h in log.headers if not sane_world_size(h)}):
-        run.warnings.append(f"{where}: header field world_size is {size}, outside 1 to {MAX_WORLD_SIZE}; ignored")
+        said.add(f"{{n}} rank file headers give a world_size outside 1 to {MAX_WORLD_SIZE}; ignored",
+                 f"{where}: header field world_size is {size}, outside 1 to {MAX_WORLD_SIZE}; ignored",
+                 f"{where} ({size})")
     hosts = {h.host for h in log.headers}
     if len(log.headers) > 1 and len(hosts) > 1:
-        run.warnings.append(f"{where}: rank {log.rank} was claimed from several hosts ({', '.join(sorted(hosts))})")
-    if log.rank in run.ranks:
-        other = run.ranks[log.rank]
-        run.warnings.append(f"rank {log.rank} appears in both {other.path} and {where}; records merged in time order")
-        other.absorb(log)
-    else:
-        run.ranks[log.rank] = log
+        said.add("{n} ranks were claimed from several hosts",
+                 f"{where}: rank {log.rank} was claimed from several hosts ({', '.join(sorted(hosts))})",
+                 f"{where} ({', '.join(sorted(hosts)[:3])})")
 
 
 def _warn_about_gaps(run: RunLog) -> None:

@@ -43,6 +43,10 @@ class RankLog:
     first_bad_reason: str | None = None  # what was wrong with the first bad line, when known
     truncated_tail: bool = False  # the last line had no newline: the process died mid-write
     sampled: bool = False  # only part of a big file was read (window.py): line numbers are byte offsets + 1
+    # Regions of a file read by window given up: no newline within MAX_LINE_BYTES (garbage, a hole of
+    # NUL bytes), or a last line not finished within the read's allowance (window.region_lines).
+    num_damaged_regions: int = 0
+    first_damaged_offset: int | None = None
     pids: set[int] = field(default_factory=set)
     tables: RankTables | None = None
     _index: _RecordIndex | None = field(default=None, init=False, repr=False, compare=False)
@@ -117,6 +121,12 @@ class RankLog:
         if self.first_bad_line is None:
             self.first_bad_line, self.first_bad_reason = line_number, reason
 
+    def count_damaged_region(self, offset_plus_one: int) -> None:
+        """A region given up by the windowed read (window.DAMAGED_REGION at byte offset + 1)."""
+        self.num_damaged_regions += 1
+        if self.first_damaged_offset is None:
+            self.first_damaged_offset = offset_plus_one - 1
+
     def absorb(self, other: RankLog) -> None:
         """Take in another file of the same rank (one directory per node, a rank restarted elsewhere):
         records merged in time order, tables one file after the other, the earlier file first."""
@@ -128,6 +138,9 @@ class RankLog:
             self.tables = first.tables.followed_by(later.tables, records)
         self.records = records
         self.num_bad_lines += other.num_bad_lines
+        self.num_damaged_regions += other.num_damaged_regions
+        if self.first_damaged_offset is None:
+            self.first_damaged_offset = other.first_damaged_offset
         self.pids |= other.pids
         self.sampled = self.sampled or other.sampled
 

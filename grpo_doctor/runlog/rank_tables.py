@@ -16,6 +16,7 @@ Typical use:
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from operator import itemgetter
@@ -40,9 +41,16 @@ from grpo_doctor.runlog.decode import (
     paused_gc,
 )
 from grpo_doctor.runlog.eventlog import RANK_FILE_PATTERN
-from grpo_doctor.runlog.lines import MAX_LINE_BYTES, lines_of
+from grpo_doctor.runlog.lines import MAX_LINE_BYTES, lines_of, open_rank_file
 from grpo_doctor.runlog.rank_log import RankLog
-from grpo_doctor.runlog.window import REGION_BREAK, ReadPlan, plan_read, region_lines, restart_regions
+from grpo_doctor.runlog.window import (
+    DAMAGED_REGION,
+    REGION_BREAK,
+    ReadPlan,
+    plan_read,
+    region_lines,
+    restart_regions,
+)
 from grpo_doctor.schema import (
     BadRecord,
     Header,
@@ -118,18 +126,21 @@ def read_rank_tables(path: str | Path, exact: bool = False, strict: bool = False
     line holding it is a bad line as `read_rank_file` would count it.
 
     A file larger than `budget_bytes` is read by window (window.py): its head, samples of its middle
-    and its last part; line numbers are then byte offsets + 1 (`RankLog.sampled`).
+    and its last part; line numbers are then byte offsets + 1 (`RankLog.sampled`). What it reads is
+    bounded by the plan whatever the file holds (window.region_lines): a region without newlines is
+    given up, counted in `log.num_damaged_regions`. Anything but a regular file is NotRegularFile.
     """
     path = Path(path)
     if plan is None:
-        plan = plan_read(path.stat().st_size, budget_bytes)
+        with open_rank_file(path) as f:  # the size of what is opened; a FIFO is refused, not waited on
+            plan = plan_read(os.fstat(f.fileno()).st_size, budget_bytes)
     match = RANK_FILE_PATTERN.search(path.name)
     log = RankLog(rank=int(match.group(1)) if match else -1, path=path, sampled=not plan.whole,
                   tables=RankTables(read_plan=plan))
     lines = lines_of if plan.whole else lambda p: region_lines(p, plan, MAX_LINE_BYTES)
     with paused_gc():
         _tabulate(log, lines(path), exact, strict)
-        _set_first(log, lines_of(path))
+        _set_first(log, lines(path))  # within the plan too: never the whole of a big file
     if not exact and _lost_long_int(log):
         return read_rank_tables(path, exact=True, strict=strict, plan=plan)
     if not strict and not _tabled_types_hold(log):
@@ -167,6 +178,10 @@ def _tabulate(log: RankLog, lines: Iterable[tuple[int, bytes, bool]], exact: boo
     last = None  # the last line read
     for line_number, line, complete in lines:
         if line is REGION_BREAK:  # the lines between regions were not read: what was open may have closed
+            begins.clear()
+            continue
+        if line is DAMAGED_REGION:  # a region given up (no newline within the cap): its lines unread too
+            log.count_damaged_region(line_number)
             begins.clear()
             continue
         try:

@@ -29,6 +29,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from grpo_doctor.runlog.lines import READ_BLOCK_BYTES, open_rank_file, skip_holes
+
 # The whole run's budget, about 300 k records of detail: what the report shows (the latest steps of
 # every rank, trends over the run) fits in it; at 32 ranks a file gets 2 MB (about 600 steps in
 # full), at 64 ranks 1 MB.
@@ -44,9 +46,11 @@ RESTART_WINDOW_BYTES = 256 * 1024
 # How far back from the last part a restart's header is looked for, in multiples of the bytes a
 # file's plan reads (at 512 KB, the last 16 MB before it).
 RESTART_SEARCH_SHARES = 32
-READ_BLOCK_BYTES = 256 * 1024
 # Between regions in `region_lines`' output; compared by identity, never a line of a file.
 REGION_BREAK = bytes(bytearray(b"\0region-break"))
+# In `region_lines`' output where a region was given up: no newline within the line cap (garbage, a
+# hole of NUL bytes), or its last line not finished within the file's allowance. Compared by identity.
+DAMAGED_REGION = bytes(bytearray(b"\0damaged-region"))
 
 
 @dataclass(frozen=True)
@@ -107,25 +111,34 @@ def prefetch(path: Path, plan: ReadPlan) -> None:
     if not hasattr(os, "posix_fadvise"):
         return
     try:
-        fd = os.open(path, os.O_RDONLY)
+        f = open_rank_file(path)  # never a blocking open: a FIFO may have taken the file's name
     except OSError:
         return  # reading it will say why
-    try:
-        for start, end in plan.regions:
-            os.posix_fadvise(fd, start, end - start, os.POSIX_FADV_WILLNEED)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+    with f:
+        try:
+            for start, end in plan.regions:
+                os.posix_fadvise(f.fileno(), start, end - start, os.POSIX_FADV_WILLNEED)
+        except OSError:
+            pass
 
 
-def region_lines(path: Path, plan: ReadPlan, max_line_bytes: int) -> Iterator[tuple[int, bytes, bool]]:
+def region_lines(path: Path, plan: ReadPlan, max_line_bytes: int,
+                 overrun_bytes: int | None = None) -> Iterator[tuple[int, bytes, bool]]:
     """(byte offset of the line + 1, line without its newline, ended with a newline) for the lines
     of each region, `REGION_BREAK` between regions. A region starting inside a line begins after
-    it; one ending inside a line finishes it. Blank lines are skipped, an overlong one is yielded
-    empty, as `eventlog.lines_of` does."""
-    with path.open("rb") as f:
-        done = 0  # where the previous region's last line ended
+    it; one ending inside a line finishes it. Blank lines are skipped, an overlong one ending inside
+    its region is yielded empty (one bad line, as `lines_of` counts it).
+
+    The bytes read are bounded by the plan, whatever the file holds (a sparse 50 GB file of NUL
+    bytes, garbage without newlines): past a region's end only its last line is finished, at most
+    `max_line_bytes` for it and `overrun_bytes` (default: the plan's bytes) for the whole file. A
+    region given up (a line without newline running past the region or the cap, a region start
+    found no newline for the cap) yields `DAMAGED_REGION` once, never a line; holes of a sparse
+    file are seeked over while looking for a newline.
+    """
+    allowance = [plan.planned_bytes if overrun_bytes is None else overrun_bytes]
+    with open_rank_file(path) as f:
+        done = 0  # where the previous region's reading stopped
         for start, end in plan.regions:
             if end <= done:
                 continue
@@ -134,65 +147,122 @@ def region_lines(path: Path, plan: ReadPlan, max_line_bytes: int) -> Iterator[tu
                     yield 0, REGION_BREAK, True
             else:
                 start = done
-            f.seek(max(0, start - 1))
-            if start > 0 and f.read(1) != b"\n":  # inside a line: skip to its end
-                start += len(_through_newline(f, max_line_bytes))
+            if start > 0:
+                f.seek(start - 1)
+                if f.read(1) != b"\n":  # inside a line: the region's lines begin after it
+                    found, scanned = _next_line_start(f, start, end)
+                    if scanned >= max_line_bytes:  # no newline within the cap: garbage or a hole
+                        yield start + 1, DAMAGED_REGION, True
+                    if found is None:
+                        done = end
+                        continue
+                    start = found
             f.seek(start)
-            done = yield from _lines_between(f, start, end, max_line_bytes)
+            done = yield from _lines_between(f, start, end, max_line_bytes, allowance)
 
 
-def _through_newline(f, limit: int) -> bytes:
-    """The bytes up to and including the next newline (all of them up to `limit`)."""
-    out = bytearray()
-    while len(out) < limit and (block := f.read(READ_BLOCK_BYTES)):
-        newline = block.find(b"\n")
-        if newline >= 0:
-            out += block[:newline + 1]
-            return bytes(out)
-        out += block
-    return bytes(out)
-
-
-def _bytes_through_newline(f) -> int:
-    """How many bytes up to and including the next newline; held one block at a time (a line of
-    garbage may be gigabytes)."""
-    count = 0
-    while block := f.read(READ_BLOCK_BYTES):
-        newline = block.find(b"\n")
-        if newline >= 0:
-            return count + newline + 1
-        count += len(block)
-    return count
-
-
-def _lines_between(f, start: int, end: int, max_line_bytes: int) -> Iterator[tuple[int, bytes, bool]]:
-    """The lines starting in [start, end), each to its newline; returns where the last one ended."""
-    offset = line_start = start  # offset: bytes read so far; line_start: where `tail` begins
-    tail = b""
+def _next_line_start(f, start: int, end: int) -> tuple[int | None, int]:
+    """Where the first line starting in [start, end) starts (None: none does), and how many bytes
+    were passed over without a newline; read one block at a time, holes seeked over."""
+    offset = start
     while offset < end:
+        data_at = skip_holes(f, offset)
+        if data_at >= end:
+            return None, end - start
+        if data_at != offset:
+            offset = data_at
+            f.seek(offset)
         block = f.read(min(READ_BLOCK_BYTES, end - offset))
         if not block:
             break
+        newline = block.find(b"\n")
+        if newline >= 0:
+            return offset + newline + 1, offset + newline - start
         offset += len(block)
-        lines = (tail + block).split(b"\n")
-        tail = lines.pop()
+    return None, offset - start
+
+
+def _lines_between(f, start: int, end: int, max_line_bytes: int,
+                   allowance: list[int]) -> Iterator[tuple[int, bytes, bool]]:
+    """The lines starting in [start, end), the last finished past `end` within `allowance[0]`
+    bytes (spent here); returns where the reading stopped."""
+    offset = line_start = start  # offset: bytes read so far; line_start: where the line being read begins
+    parts: list[bytes] = []  # the line being read, across blocks, held below the cap
+    held = 0
+    skipping = False  # inside a line of max_line_bytes or more: its bytes are not held, nor all read
+    while offset < end:
+        if skipping:  # a hole reads as NUL bytes, never a newline
+            data_at = skip_holes(f, offset)
+            if data_at != offset:
+                offset = min(data_at, end)
+                f.seek(offset)
+                if offset >= end:
+                    break
+        block = f.read(min(READ_BLOCK_BYTES, end - offset))
+        if not block:
+            break
+        block_start = offset
+        offset += len(block)
+        newline = block.find(b"\n")
+        if newline < 0:
+            if not skipping:
+                parts.append(block)
+                held += len(block)
+                if held >= max_line_bytes:  # garbage without newlines: read past, not held
+                    skipping, parts, held = True, [], 0
+            continue
+        if skipping:  # the overlong line ends here: one bad line
+            yield line_start + 1, b"", True
+            skipping = False
+            line_start = block_start + newline + 1
+            block = block[newline + 1:]
+            lines = block.split(b"\n")
+        else:
+            lines = block.split(b"\n")
+            if parts:
+                parts.append(lines[0])
+                lines[0] = b"".join(parts)
+                parts, held = [], 0
+        rest = lines.pop()
         for line in lines:
             if line and not line.isspace():
                 yield line_start + 1, (b"" if len(line) >= max_line_bytes else line), True
             line_start += len(line) + 1
-        if len(tail) >= max_line_bytes:  # garbage without newlines: one bad line, skipped to its end
-            yield line_start + 1, b"", True
-            offset = line_start + len(tail) + _bytes_through_newline(f)
-            f.seek(offset)  # the skip read past the newline
-            line_start, tail = offset, b""
-    if tail:  # the region ended inside a line: finish it
-        rest = _through_newline(f, max_line_bytes)
-        line = tail + rest.rstrip(b"\n")
-        overlong = len(line) >= max_line_bytes  # one bad line, not one cut short by the end of the file
-        if not line.isspace():
-            yield line_start + 1, (b"" if overlong else line), rest.endswith(b"\n") or overlong
-        offset += len(rest)
-    return offset
+        if rest:
+            if len(rest) >= max_line_bytes:
+                skipping = True
+            else:
+                parts, held = [rest], len(rest)
+    if skipping:  # an overlong line runs past the region: given up, not read to its end
+        yield line_start + 1, DAMAGED_REGION, True
+        return offset
+    if not parts:
+        return offset
+    # The region ended inside a line: finish it, within the cap and the file's allowance.
+    limit = min(max_line_bytes - held, allowance[0])
+    read = 0
+    while read < limit:
+        block = f.read(min(READ_BLOCK_BYTES, limit - read))
+        if not block:  # the end of the file: the process died while writing its last line
+            line = b"".join(parts)
+            allowance[0] -= read
+            if not line.isspace():
+                yield line_start + 1, line, False
+            return offset + read
+        newline = block.find(b"\n")
+        if newline >= 0:
+            parts.append(block[:newline])
+            read += newline + 1
+            allowance[0] -= read
+            line = b"".join(parts)
+            if not line.isspace():
+                yield line_start + 1, line, True
+            return offset + read
+        parts.append(block)
+        read += len(block)
+    allowance[0] -= read
+    yield line_start + 1, DAMAGED_REGION, True  # no newline within the cap or the allowance: given up
+    return offset + read
 
 
 # As the sink writes it, and as a JSON writer with spaces would.
@@ -202,12 +272,16 @@ _HEADER_KIND_MAX_BYTES = 32
 
 def last_header_offset(path: Path, before: int, max_back_bytes: int) -> int | None:
     """Where the last header line before `before` starts, searched backwards over at most
-    `max_back_bytes` (a restart's header in the unread middle); None when there is none there."""
+    `max_back_bytes` (a restart's header in the unread middle); None when there is none there. The
+    holes of a sparse file are passed over unread."""
     lowest = max(0, before - max_back_bytes)
-    with path.open("rb") as f:
+    with open_rank_file(path) as f:
         end = before
         while end > lowest:
             start = max(lowest, end - 8 * READ_BLOCK_BYTES)
+            if skip_holes(f, start) >= end:  # nothing but a hole here
+                end = start
+                continue
             f.seek(start)
             block = f.read(end - start + _HEADER_KIND_MAX_BYTES)
             at = max((m.start() for m in _HEADER_KIND.finditer(block)), default=-1)
@@ -223,6 +297,9 @@ def _line_start(f, at: int, lowest: int) -> int | None:
     end = at
     while end > lowest:
         start = max(lowest, end - READ_BLOCK_BYTES)
+        if skip_holes(f, start) >= end:  # a hole holds no newline
+            end = start
+            continue
         f.seek(start)
         newline = f.read(end - start).rfind(b"\n")
         if newline >= 0:

@@ -13,7 +13,14 @@ from grpo_doctor.analysis.load import load_evidence
 from grpo_doctor.analysis.rules import run_rules
 from grpo_doctor.runlog.lines import MAX_LINE_BYTES, lines_of
 from grpo_doctor.runlog.rank_tables import read_rank_tables
-from grpo_doctor.runlog.window import REGION_BREAK, ReadPlan, last_header_offset, plan_read, region_lines
+from grpo_doctor.runlog.window import (
+    DAMAGED_REGION,
+    REGION_BREAK,
+    ReadPlan,
+    last_header_offset,
+    plan_read,
+    region_lines,
+)
 from grpo_doctor.schema import Error, Header, RunPaths
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
@@ -126,7 +133,8 @@ def test_an_overlong_line_in_a_region_loses_no_line_after_it(tmp_path):
     assert got[0] == (1, b"", True)  # one bad line, as lines_of counts it
     assert [line for _, line, _ in got[1:]] == later
     cut_inside = list(region_lines(path, ReadPlan(size, ((0, 1000),)), 100_000))
-    assert cut_inside == [(1, b"", True)]  # overlong, not "the process died mid-write"
+    assert cut_inside == [(1, DAMAGED_REGION, True)]  # given up, not "the process died mid-write"
+    assert cut_inside[0][1] is DAMAGED_REGION
 
 
 def test_a_header_with_no_newline_before_it_ends_the_search(tmp_path):
