@@ -166,8 +166,10 @@ class Recorder:
                 open_path=where[1] if where else None,
                 num_dropped=self.sink.num_dropped,
             )
-            self.sink.write_now([end], timeout_s)
-            self.sink.close(timeout_s=2.0 if timeout_s is None else timeout_s)
+            # Each wait is bounded (sink.WRITE_WAIT_S unless told): a hung file system costs the End record,
+            # never the process its exit. Where the record could not be written, close does not wait.
+            written = self.sink.write_now([end], timeout_s)
+            self.sink.close(timeout_s=(2.0 if timeout_s is None else timeout_s) if written else 0.0)
         finally:
             self.end_written.set()
 

@@ -1,18 +1,25 @@
-"""The append-only JSON-lines file of one rank, written from a background thread.
+"""The append-only JSON-lines file of one rank, opened and written by a background thread only.
 
-The training loop only appends a small tuple to a list (well under a microsecond); a daemon
-thread turns tuples into records and lines and writes them every `flush_interval_s`, so a
-rank killed with SIGKILL loses at most that interval. `flush()` writes at once (exceptions,
-signals, exit). A write failure (disk full, file gone) never reaches training: the lines wait
-in a bounded buffer, are retried, and are dropped and counted past the bound; the user is
-told once.
+The training loop only appends a small tuple to a queue (well under a microsecond); a daemon
+thread opens the file, turns tuples into records and lines and writes them every `flush_interval_s`,
+so a rank killed with SIGKILL loses at most that interval. `write_now()` (the header, errors, the
+End record, signals, exit) hands its records to that thread and waits for them to reach the file at
+most `WRITE_WAIT_S` (or the caller's timeout): no call on the training thread ever waits on the file
+system itself. A run directory on a hung file system (an NFS server gone, a FIFO nobody reads at the
+rank file's path) costs the records, never the training: the constructor waits at most `OPEN_WAIT_S`
+for the file to open, then says so once and goes on; records wait in memory, at most
+`MAX_PENDING_RECORDS` of them, and past that are dropped and counted (`num_dropped`, in the End
+record). A write failure (disk full, file gone) never reaches training either: the lines wait in a
+bounded buffer, are retried, and are dropped and counted past the bound; the user is told once.
 
 Every line is strict JSON, so `jq` and any other strict reader take a rank file: a NaN or infinite
 float (a diverged loss) is written as the string "NaN", "Infinity" or "-Infinity", which
 `schema.record_from_dict` turns back into the float (older files with bare NaN tokens read as ever).
 
 An exclusive advisory lock on the file stops two live processes from writing one rank's file
-(two processes that both think they are rank 0 because RANK is unset).
+(two processes that both think they are rank 0 because RANK is unset): the constructor raises
+RecordingError when the file is taken or cannot be made, as long as the file system answers
+within `OPEN_WAIT_S` (later, the same message is said through `warn`).
 
 Typical use:
     sink = JsonlSink(path, encode=lambda raw: raw._asdict(), warn=print)
@@ -28,6 +35,7 @@ import json
 import math
 import os
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -36,6 +44,9 @@ from typing import Any
 from grpo_doctor.schema import Record
 
 MAX_UNWRITTEN_BYTES = 8 * 1024 * 1024
+MAX_PENDING_RECORDS = 65536  # records queued while the file system takes nothing (a hung mount)
+OPEN_WAIT_S = 2.0  # the longest the constructor waits for the rank file to open
+WRITE_WAIT_S = 2.0  # the longest write_now waits for its records to reach the file, unless told
 # One encoder for every line: json.dumps with options builds a new one per call. allow_nan=False:
 # a non-finite float raises, and only that rare line takes the long way (`_finite`).
 _ENCODER = json.JSONEncoder(separators=(",", ":"), default=str, allow_nan=False)
@@ -54,57 +65,88 @@ class JsonlSink:
         encode: Callable[[Any], dict],
         warn: Callable[[str], None],
         flush_interval_s: float = 0.25,
+        open_wait_s: float = OPEN_WAIT_S,
     ) -> None:
         self.path = path
         self._encode = encode
         self._warn = warn
         self._pending: deque[Any] = deque()  # append and popleft are atomic: no lock on the hot path
+        # Guards the lines in memory and the counters below; never held across a file-system call.
+        self._cond = threading.Condition(threading.Lock())
         self._unwritten = bytearray()
-        self._write_lock = threading.Lock()
+        self._appended = 0  # bytes ever added to _unwritten
+        self._settled = 0  # bytes ever written or dropped
+        self._passes = 0  # write passes the thread has finished
+        self._failing = False  # the last pass met a write error
         self._warned = False
         self.num_dropped = 0
-        self._fd = _open_locked(path)
+        self._fd: int | None = None
+        self._open_error: RecordingError | None = None
+        self._opened = threading.Event()  # the thread's open has finished, either way
+        self._caller_gone = False  # the constructor stopped waiting for the open
+        self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(
             target=self._run, args=(flush_interval_s,), name="grpo-doctor-flush", daemon=True
         )
         self._thread.start()
+        if not self._opened.wait(open_wait_s):
+            with self._cond:
+                self._caller_gone = not self._opened.is_set()
+            if self._caller_gone:
+                self._warn(f"opening {path} has taken more than {open_wait_s:g} s (a hung file system?); recording "
+                           f"waits for it in the background, keeping at most {MAX_PENDING_RECORDS} records; "
+                           "training goes on")
+        if self._open_error is not None and not self._caller_gone:
+            raise self._open_error
 
     def enqueue(self, raw: Any) -> None:
-        self._pending.append(raw)
+        if len(self._pending) < MAX_PENDING_RECORDS:
+            self._pending.append(raw)
+        else:  # the file system has not taken a line for a long while: this record is lost, and counted
+            self.num_dropped += 1
 
     def write_now(self, records: Iterable[Record], timeout_s: float | None = None) -> bool:
-        """Write queued records, then these, before returning; False if the lock was not had in time.
+        """Queue what is pending, then these, and wait for the thread to write them: True once they are in
+        the file, False when that has not happened within `timeout_s` (WRITE_WAIT_S when None), the file
+        is not open (yet) or a write failed; the records then stay queued while there is room.
 
-        A signal handler runs on the main thread, which may be inside write_now already, and a
-        dead network filesystem can hold the flush thread in os.write: callers there pass a timeout.
+        A signal handler runs on the main thread, which may be inside write_now already: the lock is
+        taken with the same timeout, so a re-entered call gives up instead of waiting on itself.
         """
-        if not self._write_lock.acquire(timeout=-1 if timeout_s is None else timeout_s):
+        wait_s = WRITE_WAIT_S if timeout_s is None else timeout_s
+        deadline = time.monotonic() + wait_s
+        if not self._cond.acquire(timeout=wait_s):
             return False
         try:
             self._serialise(self._take_pending())
             self._serialise(records)
-            self._write()
+            target, passes = self._appended, self._passes
+            if self._fd is None or self._stop.is_set():
+                return False  # not open (a slow or failed open), or closed: nothing will write it now
+            self._wake.set()
+            while self._settled < target:
+                if self._failing and self._passes > passes:
+                    return False  # the thread tried after our records arrived, and could not write
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._cond.wait(remaining)
+            return True
         finally:
-            self._write_lock.release()
-        return True
+            self._cond.release()
 
     def flush(self, timeout_s: float | None = None) -> None:
         self.write_now((), timeout_s)
 
     def close(self, timeout_s: float = 2.0) -> None:
+        """The thread writes what is queued and closes the file; waits for that at most `timeout_s`."""
         self._stop.set()
+        self._wake.set()
+        if not self._opened.is_set():
+            return  # the file system has not even opened the file: the daemon thread is left to it
         if self._thread is not threading.current_thread():
             self._thread.join(timeout=timeout_s)
-        if self._write_lock.acquire(timeout=timeout_s):
-            try:
-                self._serialise(self._take_pending())
-                self._write()
-                if self._fd is not None:
-                    os.close(self._fd)  # closing releases the lock
-                    self._fd = None
-            finally:
-                self._write_lock.release()
 
     def abandon(self) -> None:
         """In a forked child: never write to the parent's file (its lock and thread are not ours).
@@ -112,16 +154,37 @@ class JsonlSink:
         The child's copy of the descriptor is closed: flock belongs to the open file, so a child
         outliving the rank would otherwise keep a restarted rank from recording.
         """
+        self._cond = threading.Condition(threading.Lock())  # the parent's thread may have held it at the fork
         if self._fd is not None:
             os.close(self._fd)  # the parent's own descriptor keeps the lock
         self._pending, self._fd = deque(), None
         self._stop.set()
 
     def _run(self, interval_s: float) -> None:
-        while not self._stop.wait(interval_s):
-            with self._write_lock:
-                self._serialise(self._take_pending())
-                self._write()
+        try:
+            fd = _open_locked(self.path)
+        except RecordingError as exc:
+            with self._cond:
+                self._open_error = exc
+                late = self._caller_gone
+            self._opened.set()
+            if late:
+                self._warn(f"error: {exc}. Recording is off for this process; training goes on")
+            self._pending.clear()
+            return
+        with self._cond:
+            self._fd = fd
+        self._opened.set()
+        while True:
+            self._wake.clear()
+            stopping = self._stop.is_set()
+            self._write_pass(fd)
+            if stopping:
+                break
+            self._wake.wait(interval_s)
+        with self._cond:
+            self._fd = None
+        os.close(fd)  # closing releases the lock
 
     def _take_pending(self) -> list[Any]:
         taken = []
@@ -138,20 +201,37 @@ class JsonlSink:
                 line = _ENCODER.encode(data)
             except ValueError:  # a NaN or an infinity somewhere in it (or a value that holds itself)
                 line = _ENCODER.encode(_finite(data, MAX_DEPTH))
-            self._unwritten += line.encode()
+            encoded = line.encode()
+            self._unwritten += encoded
             self._unwritten += b"\n"
+            self._appended += len(encoded) + 1
 
-    def _write(self) -> None:
-        if self._fd is None or not self._unwritten:
-            return
+    def _write_pass(self, fd: int) -> None:
+        """One round of the thread: the pending records become lines, written outside the lock."""
+        with self._cond:
+            self._serialise(self._take_pending())
+            data = bytes(self._unwritten)
+        written, error = 0, None
         try:
-            while self._unwritten:
-                written = os.write(self._fd, self._unwritten)
-                del self._unwritten[:written]
+            while written < len(data):
+                written += os.write(fd, data[written:])
         except OSError as exc:
-            self._degrade(exc)
+            error = exc
+        message = None
+        with self._cond:
+            del self._unwritten[:written]
+            self._settled += written
+            self._failing = error is not None
+            if error is not None:
+                message = self._degrade(error)
+            self._passes += 1
+            self._cond.notify_all()
+        if message is not None:
+            self._warn(message)
 
-    def _degrade(self, exc: OSError) -> None:
+    def _degrade(self, exc: OSError) -> str | None:
+        """Under the lock: drops the oldest lines past the bound; the message to say once, if not said yet."""
+        message = None
         if not self._warned:
             self._warned = True
             fix = (
@@ -159,11 +239,13 @@ class JsonlSink:
                 if exc.errno in (errno.ENOSPC, errno.EDQUOT)
                 else "check the run directory is still there and writable"
             )
-            self._warn(f"cannot write {self.path}: {exc.strerror}; {fix}. Recording is degraded, training goes on")
+            message = f"cannot write {self.path}: {exc.strerror}; {fix}. Recording is degraded, training goes on"
         if len(self._unwritten) > MAX_UNWRITTEN_BYTES:
             cut = self._unwritten.rfind(b"\n", 0, len(self._unwritten) - MAX_UNWRITTEN_BYTES // 2) + 1
             self.num_dropped += self._unwritten.count(b"\n", 0, cut)
             del self._unwritten[:cut]
+            self._settled += cut
+        return message
 
 
 def _finite(value: Any, depth: int) -> Any:

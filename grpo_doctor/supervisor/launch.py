@@ -3,12 +3,13 @@
 torchrun starts each worker in a session of its own, so a process-group kill does not reach
 them. watch therefore makes itself a child subreaper (Linux): every orphan of the tree is
 re-parented to watch instead of init, so "the tree" is always watch's descendants, and ending
-the job is signalling exactly those — nothing outside the tree is ever signalled. The direct
-child also gets PR_SET_PDEATHSIG, so if watch itself is SIGKILLed the launcher is told to stop
-and takes its workers down.
+the job is signalling exactly those — nothing outside the tree is ever signalled. When watch
+itself is SIGKILLed the job runs on (guardian.py reads its output and ends what it leaves once it
+ends); only where the guardian could not be started does the launcher get PR_SET_PDEATHSIG
+(`die_with_watch`), so that it stops with watch rather than run on with nobody reading its output.
 
 Typical use:
-    tree = ProcessTree.start(["torchrun", "--nproc-per-node", "2", "train.py"], env)
+    tree = ProcessTree.start(["torchrun", "--nproc-per-node", "2", "train.py"], env, die_with_watch=False)
     status = tree.wait(timeout_s=1.0)        # None while running
     tree.forward(signal.SIGINT)
     tree.end(grace_s=10.0)                   # SIGTERM, then SIGKILL what is left
@@ -62,7 +63,7 @@ def _prctl(option: int, value: int) -> bool:
         return False
 
 
-def _child_setup() -> None:
+def _die_with_parent() -> None:
     # Runs in the child between fork and exec: die with watch, however watch dies.
     _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
@@ -76,14 +77,15 @@ class ProcessTree:
 
     @classmethod
     def start(
-        cls, command: Sequence[str], env: Mapping[str, str], *, stdout=None, stderr=None
+        cls, command: Sequence[str], env: Mapping[str, str], *, stdout=None, stderr=None, die_with_watch: bool = True
     ) -> ProcessTree:
         executable = find_executable(command, env.get("PATH"))
         subreaper = _prctl(_PR_SET_CHILD_SUBREAPER, 1)
         try:
             proc = subprocess.Popen(
                 [executable, *command[1:]], env=dict(env), stdout=stdout, stderr=stderr,
-                stdin=subprocess.DEVNULL, preexec_fn=_child_setup, start_new_session=True,
+                stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent if die_with_watch else None,
+                start_new_session=True,
             )
         except OSError as exc:
             raise LaunchError(f"cannot run {command[0]!r}: {exc.strerror}", "check that it is an executable program") from exc

@@ -20,6 +20,7 @@ Typical use:
 """
 from __future__ import annotations
 
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -117,6 +118,8 @@ class ProgressTracker:
         except OSError:  # a run directory that cannot be reached (a name too long): no rank file, watch said why
             paths = []
         for path in paths:
+            if path not in self._tails and not _regular_file(path):
+                continue  # a FIFO (or a device) named like a rank file: opening it would block the loop
             tail = self._tails.setdefault(path, RankFileTail(path))
             for record in tail.read_records():
                 try:
@@ -155,3 +158,10 @@ class ProgressTracker:
 
     def running(self) -> list[int]:
         return [r for r, p in self.ranks.items() if p.ended is None]
+
+
+def _regular_file(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(path.stat().st_mode)
+    except OSError:
+        return False

@@ -21,7 +21,6 @@ import os
 import secrets
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -135,26 +134,41 @@ class Watch:
         self._plan_memory(env)
         # Every process the job starts inherits the token; the guardian ends them if watch is SIGKILLed.
         env[TOKEN_ENV] = f"{os.getpid()}-{secrets.token_hex(8)}"
-        self.guardian = Guardian.start(env[TOKEN_ENV], grace_s=self.opts.grace_s)
+        # The job's output pipes are made here so that the guardian holds their read ends too: if watch is
+        # SIGKILLed, the job runs on and the guardian reads its output (guardian.py).
+        (out_r, out_w), (err_r, err_w) = os.pipe(), os.pipe()
+        self.guardian = Guardian.start(env[TOKEN_ENV], grace_s=self.opts.grace_s,
+                                       outputs=[(out_r, "stdout", self.watch_files.stdout_log),
+                                                (err_r, "stderr", self.watch_files.stderr_log)])
         if self.guardian is None:
-            self.console.note("could not start the guardian process: if watch is SIGKILLed, a daemon the job "
-                              "double-forked may outlive it")
-        self.tree = ProcessTree.start(self.opts.command, env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            self.console.note("could not start the guardian process: if watch is SIGKILLed, the job ends with it")
+        try:
+            self.tree = ProcessTree.start(self.opts.command, env, stdout=out_w, stderr=err_w,
+                                          die_with_watch=self.guardian is None)
+        except BaseException:
+            os.close(out_r)
+            os.close(err_r)
+            raise
+        finally:
+            os.close(out_w)
+            os.close(err_w)
+        outputs = (os.fdopen(out_r, "rb", buffering=0), os.fdopen(err_r, "rb", buffering=0))
         if self.guardian is not None:
             self.tree.outside.add(self.guardian.proc.pid)
+            self.guardian.job_started(self.tree.pid)
         self.console.note(f"watching pid {self.tree.pid}; run directory {self.paths.root}")
         for line in cluster_lines(self.cluster):
             self.console.note(line)
         self._start_fleet()
-        for pipe in (self.tree.proc.stdout, self.tree.proc.stderr):
+        for pipe in outputs:
             _widen_pipe(pipe.fileno())
         sys.setswitchinterval(SWITCH_INTERVAL_S)
         self.live_scan.start()
         tees = [
-            OutputTee(self.tree.proc.stdout, self.watch_files.stdout_log,
-                      write=lambda b: self._child_output("stdout", b), on_lines=self.live_scan.submit),
-            OutputTee(self.tree.proc.stderr, self.watch_files.stderr_log,
-                      write=lambda b: self._child_output("stderr", b), on_lines=self.live_scan.submit),
+            OutputTee(outputs[0], self.watch_files.stdout_log, write=lambda b: self._child_output("stdout", b),
+                      on_lines=self.live_scan.submit, note=self.console.note),
+            OutputTee(outputs[1], self.watch_files.stderr_log, write=lambda b: self._child_output("stderr", b),
+                      on_lines=self.live_scan.submit, note=self.console.note),
         ]
         for tee in tees:
             tee.start()
@@ -192,7 +206,8 @@ class Watch:
             if self.guardian is not None:
                 self.guardian.close()
             for tee in tees:
-                tee.join(timeout_s=5.0)
+                if (line := tee.finish(timeout_s=5.0)) is not None:
+                    self.console.note(line)
             self.sampler.stop(timeout_s=2.0)
             self.live_scan.stop(timeout_s=10.0)
             self.tracker.poll(time.monotonic())

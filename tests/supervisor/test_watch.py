@@ -6,7 +6,6 @@ import sys
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 from helpers import clean_env, free_port, still_alive, tree_pids, write_program
 
@@ -301,26 +300,3 @@ def test_a_record_with_a_malformed_step_does_not_stop_supervision(tmp_path):
     summary = json.loads(next((tmp_path / "run" / "supervisor").glob("*/summary.json")).read_text())
     assert summary["bad_event_lines"] == 1
     assert summary["ranks"]["0"]["step"] == 6  # the record after the bad one was read: step 5 done
-
-
-def test_sigkill_of_watch_leaves_no_process_behind_not_even_a_setsid_daemon(tmp_path):
-    # The job double-forks a daemon into a session of its own, then waits.
-    job = ("import subprocess, sys, time; "
-           "subprocess.Popen(['setsid', sys.executable, '-c', 'import time; time.sleep(600)']); "
-           "print('started', flush=True); time.sleep(600)")
-    cmd = watch_cmd(tmp_path / "run", "--no-report") + [sys.executable, "-c", job]
-    proc = subprocess.Popen(cmd, env=clean_env(), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
-    try:
-        assert proc.stdout.readline() == "started\n"
-        deadline = time.monotonic() + 30
-        while len(pids := tree_pids(proc.pid)) < 3 and time.monotonic() < deadline:  # job, setsid'd daemon, guardian
-            time.sleep(0.1)
-        job_pids = {p for p in pids if "guardian" not in " ".join(psutil.Process(p).cmdline())}
-        assert len(job_pids) >= 2, pids
-        proc.kill()
-        proc.wait(timeout=10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert still_alive(job_pids, timeout_s=20.0) == set()
