@@ -22,9 +22,9 @@ Typical use:
 """
 from __future__ import annotations
 
+import http.client
 import ipaddress
 import itertools
-import http.client
 import json
 import os
 import re
