@@ -28,6 +28,7 @@ from grpo_doctor.plan.local_gpus import local_gpus
 from grpo_doctor.plan.make import PlanResult, plan_job
 from grpo_doctor.plan.render import format_plan, plan_dict
 from grpo_doctor.plan.sizes import parse_size
+from grpo_doctor.schema.safe_write import make_dirs, write_file
 
 EXIT_HELP = """\
 exit status: 0 the job fits; 1 it does not fit (or vLLM would refuse to start); 2 bad input (an
@@ -59,13 +60,9 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     result = make_plan(args)
     data = plan_dict(result.plan, result.fixes)
-    if args.out:
-        try:
-            args.out.mkdir(parents=True, exist_ok=True)
-            (args.out / "plan.json").write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-        except OSError as exc:
-            raise UserError(f"cannot write {args.out / 'plan.json'}: {exc.strerror or exc}",
-                            "give --out a directory you can write") from None
+    if args.out:  # atomically, never over a device or a FIFO (schema/safe_write.py: UnwritableFile, one line)
+        make_dirs(args.out, hint="give --out a directory you can write")
+        write_file(args.out / "plan.json", json.dumps(data, indent=2) + "\n", hint="give --out a directory you can write")
     # Names from the command and the model's config reach the terminal: escape sequences stay text.
     text = json.dumps(data, indent=2) if args.json else format_plan(result.plan, result.fixes)
     print("\n".join(terminal_safe(line) for line in text.splitlines()))
@@ -125,10 +122,15 @@ def _typed(value: str, current, type_name: str, item: str):
             if value.lower() in ("false", "0", "no"):
                 return False
             raise ValueError(value)
-        if "int" in str(type_name) and "." not in value:
+        if "int" in str(type_name) and "." not in value and "e" not in value.lower():
             return int(value)
-        if "float" in str(type_name) or "int" in str(type_name):
-            return float(value) if "float" in str(type_name) else int(float(value))
+        if "float" in str(type_name):
+            return float(value)
+        if "int" in str(type_name):
+            number = float(value)  # 1e3 and 2.0 are whole numbers; 2.5, inf and nan are no count
+            if not number.is_integer():
+                raise ValueError(value)
+            return int(number)
         return value
-    except ValueError:
+    except (ValueError, OverflowError):
         raise UserError(f"--set {item!r}: {value!r} is not a {type_name}") from None

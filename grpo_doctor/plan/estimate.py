@@ -28,6 +28,7 @@ from grpo_doctor.plan.job import (
     GIB,
     KEPT_ROWWISE,
     LAST_GPUS,
+    MAX_COUNT,
     NO_ENGINE,
     SEPARATE,
     SLICED_FP32,
@@ -143,6 +144,9 @@ def _check_ranges(job: Job) -> None:
     for setting, value in counts.items():
         if not isinstance(value, int) or value < 1:
             raise PlanSettingError(f"{_named(job, setting)} {value!r}: must be a whole number, at least 1")
+        if value > MAX_COUNT:  # 1e308 would overflow the float arithmetic of the estimate
+            shown = str(value) if len(str(value)) <= 20 else f"{str(value)[:6]}... ({len(str(value))} digits)"
+            raise PlanSettingError(f"{_named(job, setting)} {shown}: beyond any job (at most {MAX_COUNT:.0e})")
     if job.gpus_per_node > MAX_GPUS_PER_NODE:
         raise PlanSettingError(f"{job.gpus_per_node} GPUs per node: more than any node has ({MAX_GPUS_PER_NODE})")
     if not 0 < job.gpu_memory_bytes < 2**44:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 GIB = 2**30
+MAX_COUNT = 2**40  # beyond every batch size, length and count of a real job: a typo or a stray exponent
 
 # Where the rollout engine lives, relative to the training processes of a node.
 COLOCATE = "colocate"  # one engine shard in (or beside) every training process, on its GPU

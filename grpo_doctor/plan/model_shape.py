@@ -14,13 +14,13 @@ Typical use:
 """
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from grpo_doctor.plan.known_models import known_model, table_source
 from grpo_doctor.schema.errors import DoctorError
+from grpo_doctor.schema.safe_read import UnreadableFile, read_json
 
 MAX_CONFIG_BYTES = 2**20  # a config.json is a few KB
 
@@ -175,12 +175,10 @@ def load_model_shape(model: str, config_path: str | Path | None = None) -> Model
                                f"{model} config.json`; docs/plan.md lists the models known without one")
     if path.is_dir():
         path = path / "config.json"
-    try:
-        if path.stat().st_size > MAX_CONFIG_BYTES:
-            raise ModelConfigError(f"{path}: {path.stat().st_size:,} bytes, too large to be a model's config.json")
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise ModelConfigError(f"cannot read model config {path}: {exc}") from None
+    try:  # a device, a FIFO or a file past the cap is refused without being read (schema/safe_read.py)
+        config = read_json(path, cap=MAX_CONFIG_BYTES, what="a model's config.json")
+    except UnreadableFile as exc:
+        raise ModelConfigError(f"cannot read model config {path}: {exc.why}") from None
     if not isinstance(config, dict):
         raise ModelConfigError(f"cannot read model config {path}: not a JSON object")
     return shape_from_config(config, name=model or str(path), source=str(path))

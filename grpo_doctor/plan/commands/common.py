@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from grpo_doctor.plan.commands.flags import PlanCommandError, as_bool, as_number
+from grpo_doctor.plan.commands.flags import PlanCommandError, as_bool, as_number, check_counts
 
 
 @dataclass(frozen=True)
@@ -25,6 +25,7 @@ class Settings:
     """The flags of one command, read with defaults; each default used becomes a stated assumption."""
 
     def __init__(self, flags: dict[str, str | None], framework: str) -> None:
+        check_counts(flags)  # --num_generations -5: refused even where the plan does not read it
         self.flags = flags
         self.framework = framework
         self.assumed: list[str] = []

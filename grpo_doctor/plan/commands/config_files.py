@@ -10,11 +10,11 @@ Typical use:
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from grpo_doctor.plan.commands.flags import PlanCommandError
+from grpo_doctor.schema.safe_read import UnreadableFile, loads_bounded, read_text
 
 # ms-swift's bundled DeepSpeed configs (swift/llm/ds_config/*.json), by the name --deepspeed takes.
 SWIFT_SHORTHANDS = {
@@ -88,23 +88,21 @@ MAX_CONFIG_BYTES = 2**20  # DeepSpeed / accelerate / GRPOConfig files are a few 
 
 
 def _read_mapping(path: Path) -> dict:
-    try:
-        if path.stat().st_size > MAX_CONFIG_BYTES:
-            raise PlanCommandError(f"{path}: {path.stat().st_size:,} bytes, too large to be a config file")
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise PlanCommandError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise PlanCommandError(f"cannot read {path}: not UTF-8 text") from None
+    try:  # a device, a FIFO or a file past the cap is refused without being read (schema/safe_read.py)
+        text = read_text(path, cap=MAX_CONFIG_BYTES, what="a config file")
+    except UnreadableFile as exc:
+        raise PlanCommandError(f"cannot read {path}: {exc.why}") from None
     try:
         if path.suffix.lower() in (".yaml", ".yml"):
             import yaml  # only for YAML configs: the JSON path needs nothing beyond the stdlib
 
             data = yaml.safe_load(text)
         else:
-            data = json.loads(text)
-    except Exception as exc:  # yaml.YAMLError or json.JSONDecodeError: either way the file is not usable
-        raise PlanCommandError(f"cannot parse {path}: {str(exc).splitlines()[0]}") from None
+            data = loads_bounded(text)
+    except RecursionError:  # YAML nested a thousand deep
+        raise PlanCommandError(f"cannot parse {path}: nested too deeply") from None
+    except Exception as exc:  # yaml.YAMLError or a ValueError of JSON: either way the file is not usable
+        raise PlanCommandError(f"cannot parse {path}: {(str(exc).splitlines() or [type(exc).__name__])[0]}") from None
     if not isinstance(data, dict):
         raise PlanCommandError(f"cannot use {path}: not a mapping of settings")
     return data

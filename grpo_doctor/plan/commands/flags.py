@@ -18,6 +18,7 @@ import math
 from functools import cache
 from importlib import resources
 
+from grpo_doctor.plan.job import MAX_COUNT
 from grpo_doctor.schema.errors import DoctorError
 
 
@@ -127,4 +128,30 @@ def as_number(value: str | None, name: str, kind: type = int):
         raise PlanCommandError(f"--{name} {value!r} is not a number") from None
     if not math.isfinite(number):
         raise PlanCommandError(f"--{name} {value!r} is not a finite number")
-    return int(number) if kind is int else kind(number)
+    if kind is not int:
+        return kind(number)
+    if not number.is_integer():
+        raise PlanCommandError(f"--{name} {value!r} is not a whole number")
+    if abs(number) > MAX_COUNT:
+        raise PlanCommandError(f"--{name} {value!r} is beyond any job (at most {MAX_COUNT:.0e})")
+    return int(number)
+
+
+# Counts a framework refuses below 1, checked wherever they appear (the plan may not read them all,
+# but a job that cannot start has no plan): TRL, ms-swift, OpenRLHF, verl, the reference trainer.
+POSITIVE_COUNTS = frozenset({
+    "num_generations", "per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps",
+    "num_iterations", "generation_batch_size", "steps_per_generation", "max_completion_length", "max_prompt_length",
+    "n_samples_per_prompt", "micro_train_batch_size", "micro_rollout_batch_size", "train_batch_size",
+    "rollout_batch_size", "prompt_max_len", "generate_max_len", "per_device_batch", "max_new_tokens",
+    "actor_rollout_ref.rollout.n", "data.train_batch_size", "data.max_prompt_length", "data.max_response_length",
+    "actor_rollout_ref.actor.ppo_mini_batch_size", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
+})
+
+
+def check_counts(flags: dict[str, str | None]) -> None:
+    """Each count of POSITIVE_COUNTS given: a whole number from 1 to MAX_COUNT (None and null: unset)."""
+    for name, value in flags.items():
+        if name in POSITIVE_COUNTS and value not in (None, "null", "None"):
+            if as_number(value, name) < 1:
+                raise PlanCommandError(f"--{name} {value!r}: must be a whole number, at least 1")
