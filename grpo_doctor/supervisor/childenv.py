@@ -55,9 +55,12 @@ def child_environment(
         if not any(name in environ for name in names):
             added[names[-1] if new_names else names[0]] = value
     if instrument:
-        # Asked for by flag, so it wins over the user's settings; their PYTHONPATH entries stay after ours.
+        # Asked for by flag, so it wins over the user's settings; their PYTHONPATH entries stay after ours,
+        # empty ones too: Python reads an empty entry as the working directory (PYTHONPATH=":/x").
+        # An empty or unset PYTHONPATH has no entries at all.
         site = str(INSTRUMENT_SITE_DIR)
-        user_path = [p for p in environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != site]
+        given = environ.get("PYTHONPATH", "")
+        user_path = [p for p in given.split(os.pathsep) if p != site] if given else []
         added["PYTHONPATH"] = os.pathsep.join([site, *user_path])
         added[INSTRUMENT_ENV] = "1"
     return {**environ, **added}, added

@@ -66,13 +66,19 @@ def _start():
     global recorder, _off
     if _fault:
         raise RuntimeError(f"fault injected by {FAULT_ENV}")
-    from grpo_doctor.rank import api
+    from grpo_doctor.rank import api, hooks
     from grpo_doctor.rank import recorder as recorder_module
 
     if api.is_recording():
         recorder = api.current_recorder()  # the job records itself (grpo_doctor.init()): join it
         return recorder
     recorder_module.LAUNCH_EXTRAS.update(_ray_identity())
+    # The job's signal dispositions stay as found: no SIGTERM/SIGHUP handler, no wakeup fd, no signal
+    # thread (a handler delays the end of a process busy in C code and changes signal.getsignal()).
+    # So a signal ends the process as it would have without us: no end record, and the records of
+    # the last flush interval (0.25 s) are lost (docs/instrument.md). hooks.install reads this name
+    # when api.init calls it, once per process.
+    hooks.CAUGHT_SIGNALS = ()
     if api.init() is None:  # GRPO_DOCTOR_DISABLE, or recording could not start (api said why)
         _off = True
         return None

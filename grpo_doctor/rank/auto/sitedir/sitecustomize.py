@@ -9,7 +9,14 @@ the module is executed as usual and then handed to `grpo_doctor.rank.auto.patch_
 wraps it. A module name that is not a target costs one set lookup per import.
 
 This file shadows any other `sitecustomize` on the path (Debian ships one); that one is run first,
-as Python would have run it, so the user's environment is unchanged.
+as Python would have run it, and it is what `import sitecustomize` gives from then on (its
+attributes are where the user put them), so the user's environment is unchanged.
+
+Every interpreter that finds the directory on PYTHONPATH reads this file, Python 2.7 and old 3.x
+included (a job's helper script, a system tool): its syntax is valid in all of them (no f-strings,
+annotations or keyword-only arguments; tests/rank/test_instrument_unchanged.py compiles it with
+Python 2.7), and an interpreter older than grpo_doctor supports only runs the shadowed
+sitecustomize, silently.
 
 Nothing here may raise: a failure turns the instrumentation off with one line on stderr.
 
@@ -29,43 +36,87 @@ TARGETS = frozenset({
     "vllm.entrypoints.llm",
     "sglang.srt.entrypoints.engine",
 })
+SUPPORTED = (3, 10)  # grpo_doctor's requires-python: older interpreters get no import hook
 _ON = ("1", "true", "yes", "on")
 
 chained = None  # the sitecustomize module this one shadows, after it ran
 _off = False
+_this = sys.modules.get(__name__)  # kept here: once the shadowed one ran, sys.modules names that one
 
 
 def _say_off(cause):
     global _off
     _off = True
     try:
-        sys.stderr.write(f"grpo-doctor: zero-code instrumentation is off in this process (pid {os.getpid()}): "
-                         f"{cause}\n")
+        sys.stderr.write("grpo-doctor: zero-code instrumentation is off in this process (pid %d): %s\n"
+                         % (os.getpid(), cause))
     except Exception:  # noqa: BLE001 - no stderr (a daemon): nothing to tell
         pass
 
 
 def _run_shadowed():
-    """Run the next `sitecustomize` on sys.path, as site.py would have, errors reported as site.py does."""
+    """Run the next `sitecustomize` on sys.path as site.py would have, errors reported as site.py does;
+    it becomes sys.modules["sitecustomize"], as if it had been the one imported."""
     global chained
-    import importlib.machinery
-    import importlib.util
-
     here = os.path.dirname(os.path.abspath(__file__))
     rest = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
+    try:
+        import importlib.machinery
+        import importlib.util
+        module_from_spec = importlib.util.module_from_spec
+    except (ImportError, AttributeError):  # Python 2, or 3 before 3.5
+        _run_shadowed_imp(rest)
+        return
     spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
     if spec is None or spec.loader is None:
         return
-    module = importlib.util.module_from_spec(spec)
+    module = module_from_spec(spec)
+    sys.modules["sitecustomize"] = module  # as an import does: the module may look itself up
     try:
         spec.loader.exec_module(module)
-    except Exception as err:  # noqa: BLE001 - site.py's own wording and behaviour
+    except Exception:  # noqa: BLE001 - site.py's own wording and behaviour
+        _restore_self()
+        err = sys.exc_info()[1]
         if sys.flags.verbose:
             sys.excepthook(*sys.exc_info())
         else:
-            sys.stderr.write(f"Error in sitecustomize; set PYTHONVERBOSE for traceback:\n{type(err).__name__}: {err}\n")
+            sys.stderr.write("Error in sitecustomize; set PYTHONVERBOSE for traceback:\n%s: %s\n"
+                             % (type(err).__name__, err))
         return
     chained = module
+
+
+def _run_shadowed_imp(rest):
+    """Python 2's site.py: an ImportError is silent, any other error one line."""
+    global chained
+    import imp
+
+    try:
+        found = imp.find_module("sitecustomize", rest)
+    except ImportError:
+        return
+    try:
+        del sys.modules["sitecustomize"]
+        try:
+            chained = imp.load_module("sitecustomize", *found)
+        finally:
+            if found[0] is not None:
+                found[0].close()
+    except ImportError:
+        _restore_self()
+    except Exception:  # noqa: BLE001
+        _restore_self()
+        if sys.flags.verbose:
+            sys.excepthook(*sys.exc_info())
+        else:
+            sys.stderr.write("'import sitecustomize' failed; use -v for traceback\n")
+
+
+def _restore_self():
+    if _this is not None:
+        sys.modules["sitecustomize"] = _this
+    else:
+        sys.modules.pop("sitecustomize", None)
 
 
 class _PatchingLoader:
@@ -100,7 +151,7 @@ def _patch(name, module):
 
         patch_module(name, module)
     except Exception as exc:  # noqa: BLE001 - grpo_doctor missing or broken: the job goes on without it
-        _say_off(f"patching {name} failed ({type(exc).__name__}: {exc})")
+        _say_off("patching %s failed (%s: %s)" % (name, type(exc).__name__, exc))
 
 
 class PostImportFinder:
@@ -108,6 +159,7 @@ class PostImportFinder:
 
     def __init__(self):
         self._finding = set()
+        self._home = _this  # this module, which sys.modules may no longer name
 
     def find_spec(self, fullname, path=None, target=None):
         if fullname not in TARGETS or fullname in self._finding or _off:
@@ -127,7 +179,7 @@ class PostImportFinder:
             spec.loader = _PatchingLoader(spec.loader, fullname)
             return spec
         except Exception as exc:  # noqa: BLE001
-            _say_off(f"finding {fullname} failed ({type(exc).__name__}: {exc})")
+            _say_off("finding %s failed (%s: %s)" % (fullname, type(exc).__name__, exc))
             return None
         finally:
             self._finding.discard(fullname)
@@ -137,14 +189,17 @@ def _install():
     try:
         _run_shadowed()
     except Exception as exc:  # noqa: BLE001
-        sys.stderr.write(f"grpo-doctor: could not run the sitecustomize this one shadows ({type(exc).__name__}: {exc})\n")
+        sys.stderr.write("grpo-doctor: could not run the sitecustomize this one shadows (%s: %s)\n"
+                         % (type(exc).__name__, exc))
+    if sys.version_info < SUPPORTED:
+        return  # grpo_doctor cannot run here: nothing to install, nothing to say
     env = os.environ
     if env.get(INSTRUMENT_ENV, "").strip().lower() not in _ON or env.get(DISABLE_ENV, "").strip().lower() in _ON:
         return
     try:
         sys.meta_path.insert(0, PostImportFinder())
     except Exception as exc:  # noqa: BLE001
-        _say_off(f"installing the import hook failed ({type(exc).__name__}: {exc})")
+        _say_off("installing the import hook failed (%s: %s)" % (type(exc).__name__, exc))
 
 
 _install()
