@@ -13,22 +13,32 @@ from __future__ import annotations
 from typing import Any
 
 from grpo_doctor.analysis.findings import SEVERITIES, Finding, FindingsFile
+from grpo_doctor.analysis.hang_stacks import hang_captures, main_frames
 from grpo_doctor.analysis.load import Evidence
+from grpo_doctor.checks.stack_groups import format_frame
 from grpo_doctor.report.coverage import Coverage
 from grpo_doctor.report.incident_groups import FindingGroup, group_findings
 from grpo_doctor.report.sections import evidence_items
 from grpo_doctor.schema.ranks import format_ranks
 
-STACK_KEYS = ("culprit_stacks", "culprit_code", "culprit_frames", "stack_groups", "waiting_calls")  # evidence shown as the culprit's stack, not in the table
+STACK_KEYS = ("culprit_stacks", "culprit_code", "culprit_kind", "culprit_frames", "stack_groups",
+              "waiting_calls")  # evidence shown as the culprit's stack, not in the table
 MAX_TRACEBACK_LINES = 30
 MAX_SUMMARY_TITLES = 2
 MAX_SUMMARY_TITLE_CHARS = 120
+MAX_FULL_FRAMES = 400  # a culprit's whole stack as watch took it; a runaway recursion is cut here
+# What the culprit's stack shows it waiting on (the hang rule's `culprit_kind`), in words.
+KIND_TEXT = {"reward": "in a reward function", "data-loader": "waiting for its data loader",
+             "server-request": "waiting for a server's answer", "collective": "in a collective the other ranks are not in"}
 
 
 def finding_blocks(findings: FindingsFile, ev: Evidence) -> list[dict[str, Any]]:
     blocks = []
     for group in group_findings(list(findings.findings)):
-        stack = culprit_stack(group.lead, ev, group.consequences) if group.is_incident else {}
+        # A finding that stands alone shows a stack only where its own evidence holds one (a hang that watch
+        # ended, with no consequence): never a traceback borrowed from its rank's log.
+        own = any(group.lead.evidence.get(k) for k in STACK_KEYS)
+        stack = culprit_stack(group.lead, ev, group.consequences) if group.is_incident or own else {}
         hidden = STACK_KEYS if stack else ()
         blocks.append({"root": group.is_incident, "lead": _card(group.lead, hidden),
                        "stack": stack, "summary": consequence_summary(group),
@@ -71,7 +81,9 @@ def culprit_stack(f: Finding, ev: Evidence, consequences: tuple[Finding, ...] = 
     `culprit_stacks` {rank: frames innermost first} with `culprit_code`, or a flat `culprit_frames`;
     `stack_groups`, one line per group of identical stacks; `waiting_calls`, where the others
     waited) and, for a rank that raised, the end of its last traceback; {} when none is known.
-    Keys: `ranks`, `stacks` ([{"rank", "where", "frames"}]), `groups`, `waiting`, `traceback`.
+    Keys: `ranks`, `stacks` ([{"rank", "where", "kind", "frames"}]: every frame of the rank's main thread
+    where the hang report is loaded, `kind` what the stack shows it waiting on, in words), `groups`,
+    `waiting`, `traceback`.
     A root with no stacks of its own (a rank that died after watch captured it hanging) borrows them
     from the first of its consequences that has some about the same rank(s)."""
     evidence = f.evidence
@@ -79,10 +91,12 @@ def culprit_stack(f: Finding, ev: Evidence, consequences: tuple[Finding, ...] = 
         evidence = next((c.evidence for c in consequences if set(c.ranks) & set(f.ranks)
                          and any(c.evidence.get(k) for k in STACK_KEYS)), evidence)
     code = {str(r): c for r, c in (evidence.get("culprit_code") or {}).items() if isinstance(c, dict)}
-    stacks = [{"rank": str(r), "where": _where(code.get(str(r))), "frames": [str(x) for x in frames]}
+    kinds = {str(r): c for r, c in (evidence.get("culprit_kind") or {}).items() if isinstance(c, dict)}
+    stacks = [{"rank": str(r), "where": _where(code.get(str(r))), "kind": _kind_text(kinds.get(str(r))),
+               "frames": _full_frames(ev, evidence, r) or [str(x) for x in frames]}
               for r, frames in (evidence.get("culprit_stacks") or {}).items() if frames]
     if evidence.get("culprit_frames"):
-        stacks.append({"rank": format_ranks(f.ranks), "where": "",
+        stacks.append({"rank": format_ranks(f.ranks), "where": "", "kind": "",
                        "frames": [str(x) for x in evidence["culprit_frames"]]})
     groups = [str(x) for x in evidence.get("stack_groups") or []]
     waiting = [f"rank {r}: {_call_text(call)}" for r, call in (evidence.get("waiting_calls") or {}).items() if call]
@@ -96,6 +110,35 @@ def culprit_stack(f: Finding, ev: Evidence, consequences: tuple[Finding, ...] = 
         return {}
     return {"ranks": format_ranks(f.ranks), "stacks": stacks, "groups": groups, "waiting": waiting,
             "traceback": traceback}
+
+
+def _full_frames(ev: Evidence, evidence: dict[str, Any], rank: Any) -> list[str]:
+    """Every frame of the rank's main thread in the hang report the finding was made from (the evidence
+    keeps the first 40): what `py-spy dump` showed, innermost first. [] where the report is not loaded."""
+    try:
+        wanted = int(rank)
+    except (TypeError, ValueError):
+        return []
+    hang_file = evidence.get("hang_file")
+    for report in ev.hangs:
+        if not hang_file or report.file != hang_file:
+            continue
+        for capture in hang_captures(report):
+            if capture.rank == wanted:
+                return [format_frame(frame) for frame in main_frames(capture)[:MAX_FULL_FRAMES]]
+    return []
+
+
+def _kind_text(kind: dict[str, Any] | None) -> str:
+    """"in a reward function: reward (train_grpo.py:33), called by GRPOTrainer._calculate_rewards (...)"."""
+    if not kind or kind.get("kind") not in KIND_TEXT:
+        return ""
+    text = KIND_TEXT[kind["kind"]]
+    if kind.get("frame"):
+        text += f": {kind['frame']}"
+    if kind.get("caller"):
+        text += f", called by {kind['caller']}"
+    return text
 
 
 def _where(code: dict[str, Any] | None) -> str:

@@ -5,11 +5,13 @@ Each function takes the loaded `Evidence` and returns a data URI (the timeline: 
 its URI and a note of what it leaves out), or None when the run holds nothing to draw. Sizes stay
 bounded on big runs: the phase timeline shows the last steps only (where a failure is) and cuts a
 long stretch without events (time_cut.py) out of its axis, the metric plots draw the median over
-ranks with the min-max band, not one line per rank, once there are more than a few ranks.
+ranks with the min-max band, not one line per rank, once there are more than a few ranks. Metrics
+logged at fewer than MIN_TREND_POINTS steps are drawn apart, for the page to fold.
 
 Typical use:
     timeline = phase_timeline(evidence)     # TimelinePlot(uri="data:image/png;base64,...", note="Cut: ...")
     uri = memory_over_time(evidence)        # "data:image/png;base64,..." or None
+    metrics = step_metrics(evidence)        # MetricPlots(uri=..., few_uri=..., few=("loss", ...)) or None
 """
 from __future__ import annotations
 
@@ -41,6 +43,9 @@ TIMELINE_MAX_RANKS = 32
 STEPS_BEFORE_CUT = 4  # the last steps drawn when a long stretch at the end is cut from the time axis
 LABEL_POINTS = 8
 MAX_METRICS = 12
+# A metric logged at fewer steps than this shows no trend: its panel is folded away on the page, so that
+# a run that stopped after 3 steps does not lead with a screen of 3-point lines.
+MIN_TREND_POINTS = 5
 MAX_LINES = 8  # above this many ranks, draw the median and the min-max band instead of one line each
 DPI = 80
 OOM_WORDS = ("OutOfMemory", "MemoryError", "out of memory")
@@ -161,7 +166,14 @@ def _draw_timeline(ev: Evidence, top: pd.DataFrame, end_of_run: float, cut: Time
         ax.scatter(axis((errors["t"] - start).to_numpy(float)), [ranks.index(r) for r in errors["rank"]], marker="X",
                    s=80, color="#c0392b", zorder=5, label="error")
     ax.set_xlim(-0.01 * float(x1.max()), float(x1.max()) * 1.01)
-    ax.set_yticks(range(len(ranks)), [f"rank {r}" for r in ranks])
+    # The ranks the others wait for (watch's culprits, else the ranks in the odd collective) are marked on
+    # their row: in a hang every rank may be open in the same phase, and the bars alone look alike.
+    waited_for = {int(r) for h in ev.hangs for r in (h.culprits or h.odd_ranks)}
+    ax.set_yticks(range(len(ranks)), [f"rank {r} (waited for)" if r in waited_for else f"rank {r}" for r in ranks])
+    for tick, rank in zip(ax.get_yticklabels(), ranks, strict=True):
+        if rank in waited_for:
+            tick.set_color("#c0392b")
+            tick.set_fontweight("bold")
     ax.set_ylim(len(ranks) - 0.5, -0.5)
     ax.set_xlabel("seconds since the first phase shown")
     crossing = ~is_open & (t0 < cut.from_s) & (t1 > cut.to_s) if cut is not None else np.zeros_like(is_open)
@@ -170,7 +182,8 @@ def _draw_timeline(ev: Evidence, top: pd.DataFrame, end_of_run: float, cut: Time
         _mark_cut(ax, cut, float(x1.max()))
     _legend_once(ax)
     ax.grid(axis="x", alpha=0.3)
-    return _to_uri(fig), tuple(f"rank {ranks[int(r)]}: {text}" for r, text in labels)
+    return _to_uri(fig), tuple(f"rank {ranks[int(r)]}{' (waited for)' if ranks[int(r)] in waited_for else ''}: {text}"
+                               for r, text in labels)
 
 
 def _label_bars(ax, x0, x1, row, duration_s, phase, is_open, crossing) -> list[tuple[float, str]]:
@@ -255,8 +268,22 @@ def memory_over_time(ev: Evidence) -> str | None:
     return _to_uri(fig)
 
 
-def step_metrics(ev: Evidence, max_metrics: int = MAX_METRICS) -> str | None:
-    """Each numeric metric over steps, plus the step time; one line per rank, or median and band."""
+@dataclass(frozen=True)
+class MetricPlots:
+    """The step-metric panels: those with a trend to show (MIN_TREND_POINTS steps or more) in `uri`, the
+    others in `few_uri`, which the page folds; `few` names them, `few_points` is the most steps any has."""
+
+    uri: str | None
+    few_uri: str | None = None
+    few: tuple[str, ...] = ()
+    few_points: int = 0
+    min_points: int = MIN_TREND_POINTS
+
+
+def step_metrics(ev: Evidence, max_metrics: int = MAX_METRICS,
+                 min_points: int = MIN_TREND_POINTS) -> MetricPlots | None:
+    """Each numeric metric over steps, plus the step time; one line per rank, or median and band. Metrics
+    logged at fewer than `min_points` steps go to a second figure (MetricPlots.few_uri)."""
     steps = ev.steps
     if steps.empty or steps["step"].isna().all():
         return None
@@ -267,6 +294,18 @@ def step_metrics(ev: Evidence, max_metrics: int = MAX_METRICS) -> str | None:
     metrics = [c for c in steps.columns if c not in ("rank", "host", "step", "t")
                and pd.api.types.is_numeric_dtype(steps[c]) and steps[c].notna().any()]
     metrics = (["step_time_s"] + [m for m in metrics if m != "step_time_s"])[:max_metrics]
+    points = {m: int(steps.loc[steps[m].notna(), "step"].nunique()) for m in metrics}
+    metrics = [m for m in metrics if points[m]]
+    if not metrics:
+        return None
+    trend = [m for m in metrics if points[m] >= min_points]
+    few = [m for m in metrics if points[m] < min_points]
+    return MetricPlots(uri=_metric_panels(steps, trend) if trend else None,
+                       few_uri=_metric_panels(steps, few) if few else None, few=tuple(few),
+                       few_points=max((points[m] for m in few), default=0), min_points=min_points)
+
+
+def _metric_panels(steps: pd.DataFrame, metrics: list[str]) -> str:
     cols = 3
     rows = math.ceil(len(metrics) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(11, 2.4 * rows), dpi=DPI, squeeze=False)

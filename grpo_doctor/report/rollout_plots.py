@@ -8,7 +8,8 @@ have an identical copy on the other rank: a block off the diagonal is a shared s
 Texts go to the template as they are (it escapes them).
 
 Typical use:
-    section = rollout_section(evidence)   # None, or {"metrics": uri, "heatmap": uri, "samples": [...]}
+    section = rollout_section(evidence)   # None, or {"metrics": uri, "heatmap": uri, "samples": [...],
+                                          #           "metric_steps", "fold_metrics": fewer than 5 steps}
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from grpo_doctor.analysis.rollout_tables import (  # noqa: E402
     pair_matrix,
 )
 from grpo_doctor.report.figure_png import figure_uri  # noqa: E402
+from grpo_doctor.report.plots import MIN_TREND_POINTS  # noqa: E402
 
 plt.rcParams["text.parse_math"] = False  # names from the run go into labels: "$" must not start mathtext
 
@@ -56,8 +58,11 @@ DPI = 80
 def rollout_section(ev: Evidence) -> dict[str, Any] | None:
     """Everything the _rollouts.html.j2 template shows; None when the run holds no GRPO metrics or rollouts."""
     series = metric_series(ev)
+    metric_steps = max((len(frame.index) for frame in series.values()), default=0)
     section = {"metrics": rollout_metrics(series), "heatmap": duplicate_heatmap(ev),
-               "samples": sample_completions(ev), "sources": sorted(series)}
+               "samples": sample_completions(ev), "sources": sorted(series),
+               # too few steps for a trend: the page folds the panels (plots.MIN_TREND_POINTS)
+               "metric_steps": metric_steps, "fold_metrics": metric_steps < MIN_TREND_POINTS}
     return section if section["metrics"] or section["heatmap"] or section["samples"] else None
 
 

@@ -52,17 +52,18 @@ def test_root_cause_leads_the_page_and_its_consequences_are_folded_under_it(tmp_
     assert 'data-finding-id="straggler"' not in incident  # stands alone, after the incident
 
 
-def test_culprit_stack_and_timeline_sit_right_under_the_root_cause(tmp_path):
+def test_culprit_stack_sits_right_under_the_verdict_and_the_timeline_under_the_root_cause(tmp_path):
     html = _html(tmp_path, [HANG, TIMEOUT])
-    incident = html[html.index('<section class="incident"'):html.index("</section>")]
-    root_end = incident.index('<div class="culprit">')
-    culprit = incident[root_end:incident.index('id="timeline"')]
+    culprit = html[html.index('id="culprit-stack"'):html.index('id="findings"')]
+    assert html.index('id="verdict"') < html.index('id="culprit-stack"') < html.index('id="findings"')
     assert "rank 1, in user code: sleep (time.py:1): its own frames" in culprit
     assert "sleep (time.py:1)\nreward_fn (train.py:88)\nrollout (train.py:120)" in culprit
     assert "rank 0: all_gather (torch/distributed/distributed_c10d.py:4287) &lt;- all_gather_floats (dist.py:75)" in culprit
     assert "rank 1: reward_fn (train.py:88)" in culprit  # the stack groups too
+    incident = html[html.index('<section class="incident"'):html.index("</section>")]
+    assert 'class="culprit' not in incident  # shown once, under the verdict
     assert "culprit_stacks" not in incident  # shown as a stack, not again as raw evidence
-    assert root_end < incident.index('id="timeline"') < incident.index('<details class="consequences">')
+    assert incident.index('id="timeline"') < incident.index('<details class="consequences">')
     assert "rank 1: rollout (open 60 s)" in incident  # the open phase, named in the image's alt text
     assert html.count("Phase timeline (last steps)") == 1  # not repeated further down
 
@@ -70,7 +71,7 @@ def test_culprit_stack_and_timeline_sit_right_under_the_root_cause(tmp_path):
 def test_a_rank_that_raised_shows_the_end_of_its_traceback_as_the_culprits_stack(tmp_path):
     crash = Finding(id="rank-crash", severity="critical", title="rank 0 crashed", ranks=(0,), role="root-cause")
     html = _html(tmp_path, [crash])
-    culprit = html[html.index('<div class="culprit">'):]
+    culprit = html[html.index('id="culprit-stack"'):html.index('id="findings"')]
     assert "the end of its traceback" in culprit and "Timed out waiting 20000ms" in culprit
 
 
@@ -156,5 +157,5 @@ def test_a_root_without_stacks_shows_the_stacks_its_consequence_captured(tmp_pat
                     role="root-cause")
     hang = dataclasses.replace(HANG, role="consequence", caused_by=crash.key)
     html = _html(tmp_path, [crash, hang])
-    culprit = html[html.index('<div class="culprit">'):html.index('id="timeline"')]
+    culprit = html[html.index('id="culprit-stack"'):html.index('id="findings"')]
     assert "sleep (time.py:1)\nreward_fn (train.py:88)" in culprit
