@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grpo_doctor.schema.safe_write import write_file
+
 FINDINGS_SCHEMA = 1
 SEVERITIES = ("critical", "warning", "info")
 ROLES = (None, "root-cause", "consequence")
@@ -109,12 +111,8 @@ class FindingsFile:
         return json.dumps(self.to_dict(), indent=2, default=str)
 
     def write(self, path: str | Path) -> Path:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_suffix(".json.tmp")
-        partial.write_text(self.to_json() + "\n")
-        partial.replace(path)
-        return path
+        """Atomically, never over a device or a FIFO (schema/safe_write.py: UnwritableFile, one line)."""
+        return write_file(path, self.to_json() + "\n")
 
     @property
     def has_critical(self) -> bool:

@@ -8,7 +8,6 @@ Typical use:
 """
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +16,7 @@ from grpo_doctor.analysis.findings import SEVERITIES, Finding
 from grpo_doctor.schema import RunPaths
 from grpo_doctor.schema.probe_results import CollectivesReport, NodeReport, Problem
 from grpo_doctor.schema.run_paths import PROBE_COLLECTIVES_FILE, PROBE_NODE_FILE
+from grpo_doctor.schema.safe_read import UnreadableFile, read_json
 
 MAX_PROBE_FILE_BYTES = 64 * 2**20
 
@@ -52,18 +52,16 @@ def probe_files(path: Path) -> list[Path]:
 def load_probe(paths: list[Path], warnings: list[str]) -> ProbeEvidence:
     probe = ProbeEvidence()
     for path in [f for p in paths for f in probe_files(Path(p))]:
-        try:
-            if path.stat().st_size > MAX_PROBE_FILE_BYTES:
-                raise ValueError(f"over {MAX_PROBE_FILE_BYTES // 2**20} MiB")
-            data = json.loads(path.read_text())
+        try:  # a device, a FIFO or a file past the cap is refused without being read (schema/safe_read.py)
+            data = read_json(path, cap=MAX_PROBE_FILE_BYTES, what="a probe file")
             if not isinstance(data, dict):
                 raise ValueError("not a JSON object")
             if path.name == PROBE_COLLECTIVES_FILE:
                 probe.collectives.append((str(path), CollectivesReport.from_dict(data)))
             else:
                 probe.nodes.append((str(path), NodeReport.from_dict(data)))
-        except RecursionError:
-            warnings.append(f"probe file {path} skipped: JSON nested too deeply (rerun `grpo-doctor probe` to replace it)")
+        except UnreadableFile as exc:
+            warnings.append(f"probe file {path} skipped: {exc.why} (rerun `grpo-doctor probe` to replace it)")
         except (OSError, ValueError) as exc:  # FormatError is a ValueError: a file of the wrong shape
             warnings.append(f"probe file {path} skipped: {exc} (rerun `grpo-doctor probe` to replace it)")
     return probe

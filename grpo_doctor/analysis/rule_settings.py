@@ -15,6 +15,7 @@ Typical use:
 from __future__ import annotations
 
 import dataclasses
+import errno
 import math
 import sys
 import typing
@@ -25,6 +26,7 @@ from typing import Any
 
 from grpo_doctor.analysis.rules import RULES
 from grpo_doctor.schema.errors import DoctorError
+from grpo_doctor.schema.safe_read import UnreadableFile, read_bytes
 
 STR_TUPLE = tuple[str, ...]
 KINDS = {bool: "true or false", int: "an integer", float: "a finite number", str: "text",
@@ -143,20 +145,25 @@ def _as_text(value: Any) -> str:
     return str(value)
 
 
+MAX_RULES_CONFIG_BYTES = 2**20  # a table per rule and a few thresholds each: a few KB
+
+
 def _read_toml(path: Path) -> dict[str, Any]:
     if sys.version_info >= (3, 11):
         import tomllib
     else:  # the same parser, installed for 3.10 (pyproject.toml)
         import tomli as tomllib
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise RuleSettingsError(f"--rules-config {path} does not exist",
-                                f"give the path of a TOML file with {TOML_EXAMPLE}") from None
-    except OSError as exc:
-        raise RuleSettingsError(f"--rules-config {path} cannot be read ({exc.strerror})",
+    try:  # a device, a FIFO or a file past the cap is refused without being read (schema/safe_read.py)
+        data = read_bytes(path, cap=MAX_RULES_CONFIG_BYTES, what="a rules config")
+    except UnreadableFile as exc:
+        if exc.errno == errno.ENOENT:
+            raise RuleSettingsError(f"--rules-config {path} does not exist",
+                                    f"give the path of a TOML file with {TOML_EXAMPLE}") from None
+        raise RuleSettingsError(f"--rules-config {path} cannot be read ({exc.why})",
                                 f"give the path of a TOML file with {TOML_EXAMPLE}") from None
     try:
         return tomllib.loads(data.decode())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise RuleSettingsError(f"{path} is not valid TOML ({exc})", f"write {TOML_EXAMPLE}") from None
+    except RecursionError:  # arrays nested a thousand deep
+        raise RuleSettingsError(f"{path} is not valid TOML (nested too deeply)", f"write {TOML_EXAMPLE}") from None

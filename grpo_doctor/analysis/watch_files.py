@@ -12,13 +12,13 @@ Typical use:
 """
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path
 
 from grpo_doctor.schema.json_shapes import FormatError
 from grpo_doctor.schema.run_info import RunInfo
 from grpo_doctor.schema.run_paths import WatchPaths
+from grpo_doctor.schema.safe_read import UnreadableFile, read_json
 from grpo_doctor.schema.watch_files import HangReport, WatchSummary
 
 # watch writes a summary or hang report of a few hundred KB at most; a larger one is not read whole.
@@ -142,14 +142,9 @@ _UNREAD = object()
 
 
 def _read_json(path: Path, warnings: list[str]) -> object:
-    try:
-        if path.stat().st_size > MAX_WATCH_JSON_BYTES:
-            warnings.append(f"{path}: {path.stat().st_size} bytes, more than watch writes; left out")
-            return _UNREAD
-        return json.loads(path.read_text(errors="replace"))
-    except RecursionError:
-        warnings.append(f"{path}: cannot be read (JSON nested too deeply); left out")
-    except (OSError, ValueError) as exc:
-        warnings.append(f"{path}: cannot be read ({exc}); left out")
+    try:  # a device, a FIFO or a file past the cap is refused without being read (schema/safe_read.py)
+        return read_json(path, cap=MAX_WATCH_JSON_BYTES, errors="replace", what="a file watch writes")
+    except UnreadableFile as exc:
+        warnings.append(f"{path}: cannot be read ({exc.why}); left out")
     return _UNREAD
 

@@ -28,6 +28,7 @@ from grpo_doctor.cli.errors import UserError
 from grpo_doctor.report.build import build_report, refuse_foreign_findings
 from grpo_doctor.report.console import format_findings
 from grpo_doctor.schema import RunPaths
+from grpo_doctor.schema.safe_write import write_file
 
 # The pipeline (load, rules, findings.json, report.html) is report/build.py: this module parses and prints.
 
@@ -97,8 +98,7 @@ def run(args) -> int:
     built = build_report(args.paths, out_dir=out_dir, configs=configs, html_path=html_path, full_read=args.full_read,
                          markdown=fmt == "md" or md_path is not None)
     if md_path is not None:
-        md_path.parent.mkdir(parents=True, exist_ok=True)
-        md_path.write_text(built.markdown, encoding="utf-8")
+        write_file(md_path, built.markdown)  # atomically; never over a device (UnwritableFile, one line)
     if fmt == "json":
         print(built.findings.to_json())
     elif fmt == "md" and md_path is None:

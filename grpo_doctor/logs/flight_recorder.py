@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_doctor.schema.errors import DoctorError
+from grpo_doctor.schema.safe_read import UnreadableFile, open_regular, read_bytes
 
 MAX_DUMP_BYTES = 64 * 1024 * 1024  # a full 2,000-entry buffer with stacks is a few MB
 MAX_FRAMES = 12  # innermost frames kept per entry: enough to reach the training code
@@ -174,7 +175,7 @@ def is_flight_dump(path: str | Path) -> bool:
     """Cheap look at the first bytes: torch's pickle starts with a dict whose first key is "version";
     its JSON (keys sorted) with "comm_lib_version", and any layout names "collective_seq_id" early."""
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:  # a FIFO is never opened, a device never read (schema/safe_read.py)
             head = f.read(SNIFF_BYTES)
     except OSError:
         return False
@@ -187,13 +188,12 @@ def is_flight_dump(path: str | Path) -> bool:
 def read_flight_dump(path: str | Path, rank: int | None = None, max_bytes: int = MAX_DUMP_BYTES) -> FlightDump:
     """Parse one dump file; raises FlightDumpError for anything that is not a readable dump."""
     path = Path(path)
-    try:
-        size_bytes = path.stat().st_size
-        if size_bytes > max_bytes:
-            raise FlightDumpError(f"{path}: {size_bytes} bytes is over the {max_bytes}-byte limit for a dump")
-        data = path.read_bytes()
-    except OSError as exc:
-        raise FlightDumpError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    try:  # a device, a FIFO or a file past the cap is refused without being read (schema/safe_read.py)
+        data = read_bytes(path, cap=max_bytes, what="a flight-recorder dump")
+    except UnreadableFile as exc:
+        if exc.over_cap is not None:
+            raise FlightDumpError(f"{path}: over the {max_bytes}-byte limit for a dump") from None
+        raise FlightDumpError(f"{path}: cannot be read ({exc.why})") from None
     if not data.strip():
         raise FlightDumpError(f"{path}: empty file (the rank was probably killed while dumping)")
     fmt = "pickle" if data[:1] == b"\x80" else "json"

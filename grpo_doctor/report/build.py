@@ -16,13 +16,17 @@ Typical use:
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from grpo_doctor.schema import RunPaths
 from grpo_doctor.schema.errors import DoctorError
+from grpo_doctor.schema.safe_read import read_json
+from grpo_doctor.schema.safe_write import make_dirs
+
+MAX_FINDINGS_BYTES = 64 * 2**20  # findings.json of a big run is well under a megabyte
+OUT_HINT = "pass --out DIR (or --html FILE) where you can write"
 
 
 @dataclass(frozen=True)
@@ -70,8 +74,8 @@ def build_report(paths: list, out_dir: Path | None = None, configs: dict | None 
         result = FindingsFile(run=inputs, findings=findings, warnings=unrecognised + warnings,
                               settings=changed_settings(configs or {}), inputs=[i.to_dict() for i in read],
                               not_checked=not_checked)
-        directory.mkdir(parents=True, exist_ok=True)
-        html.parent.mkdir(parents=True, exist_ok=True)
+        make_dirs(directory, hint=OUT_HINT)  # UnwritableFile, one line: /proc, a read-only disk, a link loop
+        make_dirs(html.parent, hint=OUT_HINT)
         written = result.write(findings_path)
         render_report(evidence, result, html)
         text = render_markdown(evidence, result, html_path=html) if markdown else ""
@@ -96,10 +100,10 @@ def refuse_foreign_findings(findings_path: Path, inputs: list[str]) -> None:
     if not findings_path.exists() or any(findings_path.parent.resolve() == Path(p).resolve()
                                          for p in inputs if Path(p).is_dir()):
         return
-    try:
-        earlier = json.loads(findings_path.read_text(errors="replace")).get("run")
+    try:  # a device, a FIFO, a file past the cap or nested too deeply: not a report (schema/safe_read.py)
+        earlier = read_json(findings_path, cap=MAX_FINDINGS_BYTES, errors="replace", what="findings.json").get("run")
         earlier = [str(Path(p).resolve()) for p in earlier]  # ./x.log and x.log are one input
-    except (OSError, ValueError, AttributeError, TypeError):
+    except (OSError, ValueError, AttributeError, TypeError):  # UnreadableFile is both of the first two
         earlier = None
     if earlier != [str(Path(p).resolve()) for p in inputs]:
         raise DoctorError(f"{findings_path} exists and is not a report of {' '.join(inputs)}; not overwriting it",

@@ -32,6 +32,7 @@ from grpo_doctor.report.excerpts import log_excerpts
 from grpo_doctor.report.finding_blocks import finding_blocks, verdict
 from grpo_doctor.report.plan_section import plan_section
 from grpo_doctor.report.rollout_plots import rollout_section
+from grpo_doctor.schema.safe_write import write_file
 
 TEMPLATES = Path(__file__).parent / "templates"
 
@@ -65,10 +66,6 @@ def _inert_bidi(value):
 
 
 def render_report(evidence: Evidence, findings: FindingsFile, path: str | Path) -> Path:
-    """Writes the page atomically (a reader never sees half a report) and returns its path."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + ".tmp")
-    partial.write_text(render_html(evidence, findings), encoding="utf-8")
-    partial.replace(path)
-    return path
+    """Writes the page atomically (a reader never sees half a report) and returns its path; a device
+    or a FIFO is written through, never replaced (schema/safe_write.py: UnwritableFile, one line)."""
+    return write_file(path, render_html(evidence, findings))

@@ -38,13 +38,15 @@ DEFAULT_HINT = "pass the path of a regular file"
 class UnreadableFile(DoctorError, OSError, ValueError):
     """A file that cannot be used: missing, unreadable, not a regular file, over its cap, not the
     text or JSON it should be. `path` names it, `why` says why ("a character device, not a regular
-    file"); `errno` is the system's error number when the system refused."""
+    file"); `errno` is the system's error number when the system refused; `over_cap` the cap a file
+    held more than."""
 
     def __init__(self, path: str | Path, why: str, hint: str | None = None, errno: int | None = None) -> None:
         super().__init__(f"cannot read {path}: {why}", hint if hint is not None else _hint(errno))
         self.path = str(path)
         self.why = why
         self.errno = errno  # OSError's own attribute: handlers that look at it see the cause
+        self.over_cap: int | None = None  # the cap, when the file held more than it
 
 
 def special_file_kind(mode: int) -> str:
@@ -88,13 +90,38 @@ def read_bytes(path: str | Path, *, cap: int, what: str = "file") -> bytes:
     never by its size on disk). `what` names the file in that message ("a model config")."""
     with open_regular(path) as f:
         try:
-            data = f.read(cap + 1)
+            parts = _read_up_to(f, cap + 1)
         except OSError as exc:
             raise _from_os_error(path, exc) from None
-    if len(data) > cap:
-        raise UnreadableFile(path, f"more than {_size(cap)}, too large for {what}",
-                             f"pass {what} of at most {_size(cap)}")
-    return data
+    if sum(map(len, parts)) > cap:
+        error = UnreadableFile(path, f"more than {_size(cap)}, too large for {what}",
+                               f"pass {what} of at most {_size(cap)}")
+        error.over_cap = cap
+        raise error
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+CHUNK_BYTES = 2**20
+
+
+def _read_up_to(f: BinaryIO, limit: int) -> list[bytes]:
+    """At most `limit` bytes, in as few pieces as the file allows. The size on disk only sizes the first
+    read (a small file costs its size, not the cap); a file that says 0 (/proc) or grows is read on in
+    chunks, and the count read is what decides."""
+    hint = os.fstat(f.fileno()).st_size
+    want = min(limit, hint + 1) if hint > 0 else min(limit, CHUNK_BYTES)
+    parts: list[bytes] = []
+    total = 0
+    while total < limit:
+        asked = min(want, limit - total)
+        chunk = f.read(asked)  # a buffered read returns less than asked only at the end of the file
+        if chunk:
+            parts.append(chunk)
+            total += len(chunk)
+        if len(chunk) < asked:
+            break
+        want = CHUNK_BYTES
+    return parts or [b""]
 
 
 def read_text(path: str | Path, *, cap: int, errors: str = "strict", encoding: str = "utf-8",

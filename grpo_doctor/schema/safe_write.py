@@ -107,6 +107,10 @@ def make_dirs(path: str | Path, hint: str | None = None) -> Path:
     try:
         path.mkdir(parents=True, exist_ok=True)
     except FileExistsError:
+        try:
+            os.stat(path)
+        except OSError as exc:  # a dangling link, a loop of them
+            raise UnwritableFile(path, _why(exc), hint, exc.errno) from None
         raise UnwritableFile(path, "exists and is not a directory", hint, errno_codes.EEXIST) from None
     except OSError as exc:
         raise UnwritableFile(path, _why(exc), hint, exc.errno) from None

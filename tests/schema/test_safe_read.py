@@ -132,3 +132,30 @@ def _error(call) -> str:
     except UnreadableFile as exc:
         return str(exc)
     return "no error"
+
+
+def test_a_small_file_costs_its_size_not_the_cap(tmp_path):
+    import tracemalloc
+
+    small = tmp_path / "small.json"
+    small.write_text('{"a": 1}')
+    tracemalloc.start()
+    try:
+        assert read_json(small, cap=2**30) == {"a": 1}
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2**20, peak
+
+
+def test_a_sparse_gigabyte_is_refused_after_reading_the_cap_only(tmp_path):
+    import resource
+
+    big = tmp_path / "findings.json"
+    with open(big, "wb") as f:
+        f.truncate(2**30)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(UnreadableFile) as caught:
+        read_bytes(big, cap=8 * 2**20)
+    assert caught.value.over_cap == 8 * 2**20 and "more than 8 MiB" in str(caught.value)
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 64 * 1024  # KiB: well under the gigabyte
