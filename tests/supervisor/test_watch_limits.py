@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 from helpers import clean_env, still_alive, tree_pids, write_program
 
 from grpo_doctor.schema import RunPaths
@@ -118,6 +119,7 @@ def test_sigkill_of_watch_leaves_a_healthy_job_running_and_what_it_leaves_behind
     assert saved.read_text() == "started\nstill running after watch\n"
 
 
+@pytest.mark.slow
 def test_a_hang_command_that_floods_its_output_costs_watch_bounded_memory(tmp_path):
     num_bytes = 200_000_000
     job = write_program(tmp_path, """
