@@ -139,11 +139,12 @@ def read_rank_tables(path: str | Path, exact: bool = False, strict: bool = False
                   tables=RankTables(read_plan=plan))
     lines = lines_of if plan.whole else lambda p: region_lines(p, plan, MAX_LINE_BYTES)
     with paused_gc():
-        _tabulate(log, lines(path), exact, strict)
-        _set_first(log, lines(path))  # within the plan too: never the whole of a big file
-    if not exact and _lost_long_int(log):
+        _tabulate(log, lines(path) if plan.size_bytes else iter(()), exact, strict)
+        if log.pids:  # a record was read (none: nothing to look for, nothing tabled to check)
+            _set_first(log, lines(path))  # within the plan too: never the whole of a big file
+    if log.pids and not exact and _lost_long_int(log):
         return read_rank_tables(path, exact=True, strict=strict, plan=plan)
-    if not strict and not _tabled_types_hold(log):
+    if log.pids and not strict and not _tabled_types_hold(log):
         return read_rank_tables(path, exact=exact, strict=True, plan=plan)
     if not plan.whole and _restart_unread(log):
         wider = plan.with_regions(restart_regions(path, plan))
