@@ -78,8 +78,8 @@ def test_a_healthy_report_gives_no_finding_but_counts_as_read():
 def test_report_on_a_pasted_ras_report_exits_1_and_findings_json_names_rank_and_node(tmp_path, capsys):
     log = tmp_path / "job.log"
     log.write_text("[rank0]: step 40 loss 0.37\n" + (RAS / "issue_1762_incomplete.log").read_text())
-    assert main(["report", str(log), "--out", str(tmp_path / "r.html")]) == 1
-    data = json.loads((tmp_path / "findings.json").read_text())
+    assert main(["report", str(log), "--json"]) == 1
+    data = json.loads(capsys.readouterr().out)
     [f] = [f for f in data["findings"] if f["id"] == "nccl-ras"]
     assert f["hosts"] == ["10.4.109.13"] and f["evidence"]["missing_ranks"][0]["pid"] == 60004
     assert "hangs" not in data["not_checked"]

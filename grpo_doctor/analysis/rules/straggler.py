@@ -7,6 +7,22 @@ that wait for it: they are slow in the phase holding the next collective too, bu
 with everyone. Evidence keys: `phases` ({path: {"rank_median_s", "others_median_s", "all_median_s",
 "ratio", "late_s" (median s it ended the phase after the others), "step_median_s", "num_samples"}}).
 
+Slow ranks are then placed on their hosts (the rank headers' host), since where they run tells the
+machine from the code:
+- every rank of a host is slow (at least two ranks there) and other hosts have fast ranks: one finding
+  names the host ("host node-1: all 8 ranks 2.1x slower in rollout: drain or check that machine"),
+  `scope` "host", `host`; several such hosts give one finding naming them all (`scope` "hosts"), which
+  says "links between" them only where `grpo-doctor probe` measured slow links there (`links`: its
+  messages naming two or more of those hosts);
+- the slow ranks are spread over two or more hosts, each of which also has fast ranks: one finding
+  (`scope` "scattered", `ranks_per_host` ({host: [slow ranks]})) saying it is a code path or data
+  imbalance (what those ranks do or get), not the hardware;
+- otherwise (one rank, ranks of one host beside fast ones, hosts unknown): one finding per rank, as above
+  (no `scope` key).
+A finding for several ranks has `phases` over them ({path: the medians over its slow ranks of the keys
+above, and `num_ranks`, how many were slow in it}), `ratio` (the median rank's, in the worst phase) and
+`ranks` ({rank: its own `phases`}).
+
 Also every `straggler` problem `grpo-doctor probe` found before training (its
 `probe/` files): evidence keys `source` ("probe"), `probe_file`, `message`, `nodes`.
 """
@@ -21,6 +37,7 @@ from grpo_doctor.analysis import remedies
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.analysis.probe_evidence import probe_findings
+from grpo_doctor.schema.ranks import format_ranks
 
 ID = "straggler"
 
@@ -34,7 +51,18 @@ HINT_PHASES = ("A slow rollout phase: give vLLM more memory where it has room (s
                + remedies.flags(remedies.TRL_SERVE, "data_parallel_size") + ", "
                + remedies.flags(remedies.SWIFT_ROLLOUT, "vllm_data_parallel_size")
                + "); a slow data phase: more dataloader_num_workers.")
-HINTS = (HINT_NODES, HINT_GPU, HINT_PHASES)
+HINT_HOST = ("Every rank of that host is slow and the other hosts are not: the machine, not the code. Drain it "
+             "(Slurm: scontrol update nodename=HOST state=drain reason=slow; Kubernetes: kubectl cordon HOST) and "
+             "rerun, or check it: nvidia-smi -q -d CLOCK,PERFORMANCE (throttling, power caps), other processes on "
+             "its GPUs, its CPU load and governor, its PCIe / NIC link (nvidia-smi -q | grep -i -A2 'link width').")
+HINT_LINKS = ("grpo-doctor probe measured slow links between these hosts: test the pair directly (ib_write_bw / "
+              "nccl-tests between them), look at their NICs and switch ports, and run with NCCL_DEBUG=INFO "
+              "NCCL_DEBUG_SUBSYS=NET to see the transport each pair uses.")
+HINT_SCATTERED = ("The slow ranks are spread over hosts that also run fast ranks, so no machine explains them: look "
+                  "at what those ranks do or get differently - longer prompts or completions (balance batches by "
+                  "length, shuffle), a code path only they take (a reward model, evaluation, logging or checkpoint "
+                  "rank), or their place in a parallel group.")
+HINTS = (HINT_NODES, HINT_GPU, HINT_PHASES, HINT_HOST, HINT_LINKS, HINT_SCATTERED)
 
 
 @dataclass(frozen=True)
@@ -81,8 +109,21 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
                 "step_median_s": round(step_s, 3), "num_samples": int(row["count"])}
     # "same GPUs on every node" only where the evidence shows the nodes' GPU counts differ
     uneven = bool(remedies.launch_differences(run) & GPU_COUNT_SETTINGS)
-    hints = ((HINT_NODES,) if uneven else ()) + (HINT_GPU, HINT_PHASES)
-    for rank, phases in sorted(slow.items()):
+    nodes_hint = (HINT_NODES,) if uneven else ()
+    hints = nodes_hint + (HINT_GPU, HINT_PHASES)
+    ranks_of_host = _ranks_by_host(done)
+    host_of = {rank: host for host, ranks in ranks_of_host.items() for rank in ranks}
+    whole = _whole_hosts(slow, ranks_of_host, host_of)
+    if whole:
+        yield _hosts_finding(run, whole, slow, ranks_of_host, nodes_hint)
+    rest = {rank: phases for rank, phases in slow.items() if host_of.get(rank) not in whole}
+    rest_hosts = {host_of.get(rank) for rank in rest}
+    # Spread over hosts that also run fast ranks: no machine explains them.
+    if len(rest) >= 2 and None not in rest_hosts and len(rest_hosts) >= 2 and all(
+            ranks_of_host[h] - set(rest) for h in rest_hosts):
+        yield _scattered_finding(rest, host_of, nodes_hint)
+        return
+    for rank, phases in sorted(rest.items()):
         worst = max(phases, key=lambda p: phases[p]["rank_median_s"] - phases[p]["others_median_s"])
         w = phases[worst]
         host = run.host_of(rank)
@@ -127,3 +168,99 @@ def _median_late_s(ends, rank) -> float | None:
     late = ends[rank] - ends.drop(columns=[rank]).median(axis=1)
     late = late.dropna()
     return float(late.median()) if not late.empty else None
+
+
+def _ranks_by_host(done) -> dict[str, set[int]]:
+    """host -> the ranks with phase records there (a rank without a known host is left out)."""
+    pairs = done[["rank", "host"]].drop_duplicates()
+    out: dict[str, set[int]] = {}
+    for rank, host in zip(pairs["rank"], pairs["host"], strict=True):
+        if isinstance(host, str) and host:
+            out.setdefault(host, set()).add(int(rank))
+    return out
+
+
+def _whole_hosts(slow: dict[int, dict], ranks_of_host: dict[str, set[int]], host_of: dict[int, str]) -> list[str]:
+    """The hosts all of whose ranks (two or more) are slow, while another host has fast ranks."""
+    slow_of: dict[str, set[int]] = {}
+    for rank in slow:
+        if rank in host_of:
+            slow_of.setdefault(host_of[rank], set()).add(rank)
+    whole = [h for h, ranks in sorted(slow_of.items()) if len(ranks_of_host[h]) >= 2 and ranks == ranks_of_host[h]]
+    fast_elsewhere = any(h not in whole and ranks - set(slow) for h, ranks in ranks_of_host.items())
+    return whole if fast_elsewhere else []
+
+
+def _combined(slow: dict[int, dict], ranks: list[int]) -> tuple[str, dict[str, dict], float | None]:
+    """(the worst phase: the one most of `ranks` are slow in, then by extra time; {path: medians over the
+    ranks slow in it, and num_ranks}; the median rank's ratio in the worst phase)."""
+    paths: dict[str, list[dict]] = {}
+    for rank in ranks:
+        for path, stats in slow[rank].items():
+            paths.setdefault(path, []).append(stats)
+    phases: dict[str, dict] = {}
+    for path, rows in paths.items():
+        phases[path] = {key: round(float(np.median([r[key] for r in rows if r[key] is not None])), 3)
+                        if any(r[key] is not None for r in rows) else None
+                        for key in ("rank_median_s", "others_median_s", "all_median_s", "ratio", "late_s",
+                                    "step_median_s")}
+        phases[path]["num_samples"] = int(sum(r["num_samples"] for r in rows))
+        phases[path]["num_ranks"] = len(rows)
+    worst = max(phases, key=lambda p: (phases[p]["num_ranks"],
+                                       phases[p]["rank_median_s"] - phases[p]["others_median_s"]))
+    return worst, phases, phases[worst]["ratio"]
+
+
+def _slower(ratio: float | None, count: int, total: int, phase: str) -> str:
+    how = f"{ratio:.1f}x slower" if ratio is not None else "slower"
+    return f"{how} in {phase}" if count == total else f"slower ({count} of them {how} in {phase})"
+
+
+def _hosts_finding(run: Evidence, whole: list[str], slow: dict[int, dict], ranks_of_host: dict[str, set[int]],
+                   nodes_hint: tuple[str, ...]) -> Finding:
+    ranks = sorted(r for h in whole for r in ranks_of_host[h])
+    worst, phases, ratio = _combined(slow, ranks)
+    speed = _slower(ratio, phases[worst]["num_ranks"], len(ranks), worst)
+    evidence: dict = {"scope": "host" if len(whole) == 1 else "hosts", "phases": phases, "ratio": ratio,
+                      "ranks": {r: slow[r] for r in ranks}}
+    if len(whole) == 1:
+        evidence["host"] = whole[0]
+        title = f"host {whole[0]}: all {len(ranks)} ranks {speed}: drain or check that machine"
+        hints = nodes_hint + (HINT_HOST, HINT_GPU)
+    else:
+        links = _probe_links(run, whole)
+        evidence["links"] = links
+        names = ", ".join(whole)
+        if links:
+            title = (f"hosts {names}: all {len(ranks)} ranks {speed}; grpo-doctor probe measured slow links between "
+                     f"them: check the links between {names}")
+            hints = nodes_hint + (HINT_LINKS, HINT_HOST)
+        else:
+            title = f"hosts {names}: all {len(ranks)} ranks {speed}: drain or check those machines"
+            hints = nodes_hint + (HINT_HOST, HINT_GPU)
+    return Finding(id=ID, severity="warning", title=title, ranks=tuple(ranks), hosts=tuple(whole), step=None,
+                   phase=worst, evidence=evidence, hints=hints)
+
+
+def _scattered_finding(rest: dict[int, dict], host_of: dict[int, str], nodes_hint: tuple[str, ...]) -> Finding:
+    ranks = sorted(rest)
+    worst, phases, ratio = _combined(rest, ranks)
+    per_host: dict[str, list[int]] = {}
+    for rank in ranks:
+        per_host.setdefault(host_of[rank], []).append(rank)
+    speed = _slower(ratio, phases[worst]["num_ranks"], len(ranks), worst)
+    title = (f"ranks {format_ranks(ranks)} on {len(per_host)} hosts are {speed}, beside fast ranks on the same "
+             "hosts: a code path or data imbalance, not the hardware")
+    return Finding(id=ID, severity="warning", title=title, ranks=tuple(ranks), hosts=tuple(sorted(per_host)),
+                   step=None, phase=worst,
+                   evidence={"scope": "scattered", "phases": phases, "ratio": ratio,
+                             "ranks_per_host": dict(sorted(per_host.items())), "ranks": {r: rest[r] for r in ranks}},
+                   hints=nodes_hint + (HINT_SCATTERED, HINT_PHASES))
+
+
+def _probe_links(run: Evidence, hosts: list[str]) -> list[str]:
+    """The messages of `grpo-doctor probe`'s slow-network problems that name two or more of `hosts`."""
+    if run.probe is None:
+        return []
+    return [problem.message for _, problem in run.probe.problems()
+            if problem.id == ID and len(set(problem.hosts) & set(hosts)) >= 2]
