@@ -60,7 +60,8 @@ class FleetSettings:
     host: str
     channel: str = "auto"  # auto (directory and store), dir, store
     store: tuple[str, int] | None = None  # (master address, port) where node 0's watch hosts the store
-    poll_s: float = 0.25  # beat and read period; messages to publish wake the thread at once
+    poll_s: float = 0.25  # read period (1 s above 16 nodes); messages to publish wake the thread at once
+    beat_s: float = 1.0  # a beat at least this often; at once when its state, look or verdict changes
     stale_s: float = 10.0  # a node whose beat did not change for this long is silent
     timeout_s: float = 5.0  # the longest one channel call may block
 
@@ -111,6 +112,8 @@ class Fleet:
         self.store_channel: StoreChannel | None = None
         self.channel: Channel | None = None
         self.beat_bytes = 0  # the size of the latest beat published
+        self._beat_sent: tuple = ()  # what of the last beat published must go out at once when it changes
+        self._beat_sent_mono = float("-inf")
         self.finishing = False
         self.num_errors = 0
 
@@ -230,7 +233,7 @@ class Fleet:
                 self.num_errors += 1
                 self._say(type(exc).__name__, f"fleet: internal error ({type(exc).__name__}: {exc}); "
                                               "the watches may judge hangs node by node")
-            self._wake.wait(self.settings.poll_s)
+            self._wake.wait(self.settings.poll_s if self.settings.nnodes <= 16 else max(self.settings.poll_s, 1.0))
             self._wake.clear()
         try:  # the last beat (done) goes out even when close() came first
             self._publish_beat()
@@ -242,7 +245,11 @@ class Fleet:
             outbox, self._outbox = self._outbox, {}
         for kind, data in outbox.items():  # before the beat that announces them
             self._publish(kind, data)
-        self._publish_beat()
+        with self._lock:
+            urgent = _urgent(self._beat)
+        if urgent != self._beat_sent or now - self._beat_sent_mono >= self.settings.beat_s:
+            self._publish_beat()
+            self._beat_sent, self._beat_sent_mono = urgent, now
         beats = {}
         for node, message in self._read("beat", self.board.to_read(now)).items():
             beat = NodeBeat.from_message(message)
@@ -313,20 +320,30 @@ class _Retrying(Channel):
     """The store channel, opened on a thread of its own (importing torch, hosting the store, connecting to
     it), so that a store not up yet, or behind a firewall that drops the connection, never holds up the
     fleet's thread: until it is open, each call fails at once; after a failure it is opened again at most
-    every STORE_RETRY_S."""
+    every STORE_RETRY_S. What could not be published meanwhile (the latest message of each kind) goes out
+    once it is open: another channel taking it (the directory) does not mean the store's readers got it."""
 
     def __init__(self, channel: StoreChannel, fleet: Fleet) -> None:
         self.inner, self.fleet, self.name = channel, fleet, channel.name
         self._failed_mono = float("-inf")
         self._opener: threading.Thread | None = None
+        self._unsent: dict[tuple[str, int], bytes] = {}
         self.up = False
         self.ever_up = False
 
     def publish(self, kind: str, node: int, data: bytes) -> None:
-        self._guard(lambda: self.inner.publish(kind, node, data))
+        self._unsent[(kind, node)] = data
+        self._guard(self._flush)
 
     def read(self, kind: str, nodes) -> dict[int, dict[str, Any]]:
+        self._guard(self._flush)
         return self._guard(lambda: self.inner.read(kind, nodes))
+
+    def _flush(self) -> None:
+        for (kind, node), data in list(self._unsent.items()):
+            self.inner.publish(kind, node, data)
+            if self._unsent.get((kind, node)) is data:
+                del self._unsent[(kind, node)]
 
     def close(self) -> None:
         self.inner.close()
@@ -362,6 +379,11 @@ class _Retrying(Channel):
                                               "the watches meet only through a shared run directory")
             return
         self.up = self.ever_up = True
+
+
+def _urgent(beat: NodeBeat) -> tuple:
+    """What of a beat the other watches must hear at once: the rest (idle seconds) waits for the next beat."""
+    return (beat.state, beat.stall, beat.look, beat.answered, beat.verdict, beat.seen, beat.done)
 
 
 def _report(message: Mapping[str, Any] | None) -> HangReport | None:

@@ -1,7 +1,7 @@
 """The heartbeat each node's watch publishes to the others, and what one watch makes of them all: which
 nodes are live, which watch decides, which nodes went silent and for how long.
 
-A beat (`NodeBeat`, a few hundred bytes plus about 40 per rank) says where this node's ranks are:
+A beat (`NodeBeat`, about 170 bytes plus 45 per rank) says where this node's ranks are:
 `state` is "progress" (some rank made progress within its stall timeout), "stalled" (every running
 rank stalled: this node suspects a hang) or "idle" (no rank running: not started yet, or ended);
 `ranks` holds each local rank's step, open phase, seconds since progress and pid. The deciding watch

@@ -136,6 +136,7 @@ def write_atomically(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, partial = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o644)  # as watch's other files: readable by whoever reads the run directory
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         os.replace(partial, path)

@@ -455,7 +455,7 @@ class Watch:
         if self.opts.fleet == "off" or not nnodes or nnodes < 2:
             return
         if node is None:
-            self.console.note("fleet: no node id (NODE_RANK, SLURM_NODEID, PET_NODE_RANK unset): hangs are "
+            self.console.note(f"fleet: a job of {nnodes} nodes, but no node id known for this one: hangs are "
                               "judged on this node alone")
             return
         store = store_address(self.cluster.master_addr, self.cluster.master_port, self.opts.command,

@@ -101,7 +101,7 @@ def test_the_store_address_comes_from_the_environment_or_the_launch_command():
 
 def test_two_fleets_on_one_shared_directory_hear_each_other_and_the_next_node_takes_over(tmp_path):
     paths = RunPaths(tmp_path)
-    settings = dict(nnodes=2, channel="dir", poll_s=0.05, stale_s=1.0)
+    settings = dict(nnodes=2, channel="dir", poll_s=0.05, beat_s=0.1, stale_s=1.0)
     fleets = [Fleet(FleetSettings(node=n, host=f"node{n}", **settings), paths, note=print) for n in (0, 1)]
     for fleet in fleets:
         fleet.start()

@@ -18,14 +18,17 @@ SHOW_ENV = "import os; print('job sees', [os.environ.get(k) for k in ('NNODES', 
 
 
 def test_watch_records_the_slurm_mapping_and_names_the_node_in_its_lines(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "grpo_doctor.cli.main", "watch", "--no-report", "--run-dir",
-                          str(tmp_path / "run"), "--", sys.executable, "-c", SHOW_ENV],
+    # --fleet dir: the watches of the job's nodes meet through the run directory alone (no TCPStore at
+    # gpu-a1-b3, a name of Slurm's manual, not of this network).
+    out = subprocess.run([sys.executable, "-m", "grpo_doctor.cli.main", "watch", "--no-report", "--fleet", "dir",
+                          "--run-dir", str(tmp_path / "run"), "--", sys.executable, "-c", SHOW_ENV],
                          env=clean_env(**SLURM), capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "job sees [None, None, None, '1']" in out.stdout
     assert ("grpo-doctor [node 1/2]: slurm job 4242, node 1/2, master gpu-a1-b3 (from node count SLURM_NNODES, "
             "node rank SLURM_NODEID, master address first host of SLURM_JOB_NODELIST)") in out.stderr
     assert "grpo-doctor [node 1/2]: job finished: exit status 0" in out.stderr
+    assert "grpo-doctor [node 1/2]: fleet: node 1 of 2; hangs are judged over every node's ranks" in out.stderr
     (host,) = RunInfo.from_dict(json.loads(RunPaths(tmp_path / "run").run_json.read_text())).hosts.values()
     cluster = host.cluster
     assert (cluster.nnodes, cluster.node_rank, cluster.master_addr, cluster.nproc_per_node) == (2, 1, "gpu-a1-b3", 8)
