@@ -307,7 +307,7 @@ def test_an_interpreter_the_layer_cannot_serve_runs_silently_and_still_runs_the_
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "sitecustomize.py").write_text("MARK = 'shadowed ran'\n")
-    env = instrumented(tmp_path)
+    env = instrumented(tmp_path, PYTHONDONTWRITEBYTECODE="1")  # Python 2 would leave a .pyc in the package
     env["PYTHONPATH"] = f"{SITE}:{mine}:{env['PYTHONPATH']}"
     fake_torch = tmp_path / "fake" / "torch"
     fake_torch.mkdir(parents=True)
@@ -317,3 +317,36 @@ def test_an_interpreter_the_layer_cannot_serve_runs_silently_and_still_runs_the_
     code = "import sys, sitecustomize, torch.distributed; sys.stdout.write(sitecustomize.MARK + '\\n')"
     out = subprocess.run([python, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert (out.returncode, out.stdout, out.stderr) == (0, "shadowed ran\n", "")
+
+
+RAISING_JOB = """
+    import sys, torch, torch.distributed as dist
+    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:" + sys.argv[1], rank=0, world_size=1)
+    t = torch.ones(2)
+    for _ in range(10):
+        dist.all_reduce(t)
+    error = ValueError("from the job")
+    class Bad(torch.Tensor):
+        def numel(self):  # torch's all_reduce checks the tensor, our detail reads numel() first
+            raise error
+    try:
+        dist.all_reduce(torch.ones(2).as_subclass(Bad))
+    except ValueError as exc:
+        print("same exception", exc is error, flush=True)
+    dist.all_reduce(t, op="not an op")  # raises from torch, uncaught
+"""
+
+
+def test_a_counted_call_that_raises_is_written_as_a_phase_with_its_error(tmp_path):
+    prog = write_program(tmp_path, RAISING_JOB, "raising.py")
+    out = subprocess.run([sys.executable, str(prog), str(free_port())], env=instrumented(tmp_path), cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1 and "instrumentation is off" not in out.stderr, out.stderr[-3000:]
+    recs = records(tmp_path, 0)
+    begins = [r for r in recs if r["kind"] == "phase_begin"]
+    assert len(begins) == quiet.DETAILED_PER_WINDOW + 2  # the first 4, then only the one that raised
+    ends = [r for r in recs if r["kind"] == "phase_end"]
+    assert ends[-1]["phase"] == "all_reduce" and ends[-1]["error"] is not None
+    assert begins[-1]["detail"]["seq"] == 12
+    (error,) = [r for r in recs if r["kind"] == "error"]
+    assert error["phase"] == "all_reduce"

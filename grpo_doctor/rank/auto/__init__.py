@@ -10,6 +10,8 @@ nothing else; when one of the modules in `TARGETS` is first imported, `patch_mod
   - transformers / vLLM / SGLang generate: a phase "rollout" (`rollout.py`).
 A wrapper calls the original with the same arguments and returns its result; a failure of ours
 turns instrumentation off for the process with one line on stderr, and the original still runs.
+Past the first calls of each op in a step, collectives are counted into one summary line (`quiet.py`).
+What the job can and cannot notice is listed in docs/instrument.md ("What it changes").
 
 Without watch:
     PYTHONPATH=$(python -m grpo_doctor.rank.auto --path):$PYTHONPATH GRPO_DOCTOR_INSTRUMENT=1 torchrun ...

@@ -136,12 +136,14 @@ def _wrap_collective(dist: ModuleType, op: str, func, tensor_param: str | None):
         detail = describe(args, kwargs)
         try:
             mono = time.monotonic()
-            if not quiet.detailed(rec, op, detail, mono):
-                return quiet.call(rec, op, detail, mono, func, args, kwargs)
-            rec.begin_phase(op, False, detail)
+            counted = not quiet.detailed(rec, op, detail, mono)
+            if not counted:
+                rec.begin_phase(op, False, detail)
         except Exception as exc:  # noqa: BLE001 - ours: off, and the call goes on
             state.fail(op, exc)
             return func(*args, **kwargs)
+        if counted:  # the call's own exception passes through quiet.call untouched
+            return quiet.call(rec, op, detail, mono, func, args, kwargs)
         try:
             result = func(*args, **kwargs)
         except BaseException as exc:

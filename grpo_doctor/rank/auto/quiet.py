@@ -90,13 +90,17 @@ def detailed(rec, op: str, detail: dict | None, mono: float) -> bool:
 def call(rec, op: str, detail: dict | None, mono: float, func, args: tuple, kwargs: dict):
     """Run a quiet call: counted in the window's summary, written as a phase only if it runs long or raises."""
     global _recorder
-    _recorder = rec
-    this = _Open(rec, op, detail, mono)
-    tid = threading.get_ident()
-    outer = _open.get(tid)
-    _open[tid] = this
-    if _watcher is None:
-        _start_watcher()
+    try:
+        _recorder = rec
+        this = _Open(rec, op, detail, mono)
+        tid = threading.get_ident()
+        outer = _open.get(tid)
+        _open[tid] = this
+        if _watcher is None:
+            _start_watcher()
+    except Exception as exc:  # noqa: BLE001 - ours: off, and the call goes on
+        state.fail(op, exc)
+        return func(*args, **kwargs)
     try:
         result = func(*args, **kwargs)
     except BaseException as exc:

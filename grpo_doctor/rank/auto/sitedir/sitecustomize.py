@@ -23,6 +23,7 @@ Nothing here may raise: a failure turns the instrumentation off with one line on
 Typical use:
     PYTHONPATH=$(python -m grpo_doctor.rank.auto --path):$PYTHONPATH GRPO_DOCTOR_INSTRUMENT=1 python train.py
 """
+# ruff: noqa: UP031 - %-formatting on purpose: Python 2.7 and 3.5 read this file too (no f-strings)
 import os
 import sys
 
@@ -96,7 +97,7 @@ def _run_shadowed_imp(rest):
     except ImportError:
         return
     try:
-        del sys.modules["sitecustomize"]
+        sys.modules.pop("sitecustomize", None)
         try:
             chained = imp.load_module("sitecustomize", *found)
         finally:
