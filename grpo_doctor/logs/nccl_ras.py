@@ -534,8 +534,7 @@ class _TextReader:
 
     def _errors(self, line: str) -> bool:
         if line in ("INCOMPLETE", "DEAD", "TIMEOUT"):
-            self._block = line.lower()
-            self.substance = True
+            self._block = line.lower()  # a heading alone says nothing yet (a stray "INCOMPLETE" line is no report)
             return True
         if (match := _COMM.match(line)) is not None:
             label = f"#{match.group(1)}-{match.group(2)}"
@@ -549,6 +548,7 @@ class _TextReader:
             self.substance = True
             return True
         if (match := _MISSING_DATA.match(line)) is not None:
+            self.substance = True
             if match.group(2).startswith("job"):
                 self.num_missing_processes = int(match.group(1))
             elif self._block in self.comms:
@@ -563,11 +563,13 @@ class _TextReader:
             target = self.dead_processes if self._block == "dead" else self.missing_processes
             if self._block in ("dead", "incomplete") and len(target) < MAX_LISTED:
                 target.append(_process(match))
+                self.substance = True
             return True
         if _NOT_FOUND.match(line):
             return True
         if (match := _TIMEOUTS.match(line)) is not None:
             self.timeouts = int(match.group(1))
+            self.substance = True
             return True
         if (match := _MISSING_LIST.match(line)) is not None:
             if self._block in self.comms:

@@ -75,7 +75,8 @@ def test_a_healthy_report_gives_no_finding_but_counts_as_read():
     assert _findings(RAS / "issue_1730_healthy_then_timeout.log") == []
 
 
-def test_report_on_a_pasted_ras_report_exits_1_and_findings_json_names_rank_and_node(tmp_path, capsys):
+def test_report_on_a_pasted_ras_report_exits_1_and_findings_json_names_rank_and_node(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a raw log's report.html and findings.json go to the working directory
     log = tmp_path / "job.log"
     log.write_text("[rank0]: step 40 loss 0.37\n" + (RAS / "issue_1762_incomplete.log").read_text())
     assert main(["report", str(log), "--json"]) == 1

@@ -114,9 +114,11 @@ def test_the_summary_survives_its_dict_as_a_signature_carries_it():
 
 
 @pytest.mark.parametrize("text", ["", "hello\nworld", "{}", "[1, 2]", '{"communicators": 3}', "{" * 5000,
-                                  "Job summary\n", "\x00\xff garbage", "Rank 3 -- GPU 1 managed by process 9 on node x"])
+                                  "Job summary\n", "\x00\xff garbage", "Rank 3 -- GPU 1 managed by process 9 on node x",
+                                  "INCOMPLETE\nretrying upload\n", "Communicators...\n=====\n"])
 def test_text_that_is_no_report_gives_none_and_never_raises(text):
     assert parse(text) is None
+    assert [s for s in scan_text(text) if s.kind == "nccl-ras"] == []
 
 
 def test_two_queries_in_one_text_are_two_reports_the_last_one_wins():
