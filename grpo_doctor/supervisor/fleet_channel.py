@@ -6,8 +6,8 @@ node's `node` id and a `seq` that grows with each message it publishes. `read(ki
 the latest message of that kind of each of those nodes that has one.
 
 - `DirChannel`: the shared run directory. A node writes only its own files, `supervisor/<host>/
-  fleet-<kind>.json`, each replaced atomically through a temporary file of a unique name, so a
-  reader never sees half a message; it finds the other nodes by their beat files. Leftovers of an
+  fleet-<kind>.json`, each replaced atomically through a temporary file of a unique name
+  (schema/safe_write.py), so a reader never sees half a message; it finds the other nodes by their beat files. Leftovers of an
   earlier job in a reused directory (a beat written long before this watch started) are ignored.
 - `StoreChannel`: PyTorch's c10d TCPStore, hosted by node 0's watch next to the job's master
   (MASTER_ADDR, port MASTER_PORT + 11 or --fleet-port), for nodes that each have their own run
@@ -30,7 +30,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import tempfile
 import time
 from collections.abc import Iterable, Sequence
 from datetime import timedelta
@@ -39,6 +38,7 @@ from typing import Any
 
 from grpo_doctor.schema import RunPaths
 from grpo_doctor.schema.run_paths import FLEET_FILES
+from grpo_doctor.schema.safe_write import write_file
 
 KINDS = tuple(FLEET_FILES)
 STORE_PORT_OFFSET = 11  # the store's default port is the job's MASTER_PORT + this
@@ -92,7 +92,7 @@ class DirChannel(Channel):
         self._mapped_mono = float("-inf")
 
     def publish(self, kind: str, node: int, data: bytes) -> None:
-        write_atomically(self.own.fleet_file(kind), data)
+        write_file(self.own.fleet_file(kind), data)  # atomic, through a temporary file of a unique name
 
     def read(self, kind: str, nodes: Iterable[int]) -> dict[int, dict[str, Any]]:
         if not self.readable:
@@ -128,24 +128,6 @@ class DirChannel(Channel):
             if beat["node"] not in newest or t > newest[beat["node"]][0]:
                 newest[beat["node"]] = (t, directory)
         self._dirs.update({node: directory for node, (_, directory) in newest.items()})
-
-
-def write_atomically(path: Path, data: bytes) -> None:
-    """`path` replaced by `data` at once, through a temporary file of a unique name beside it: a reader
-    sees the old message or the new one, and two writers never share a temporary file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, partial = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, 0o644)  # as watch's other files: readable by whoever reads the run directory
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(partial, path)
-    except BaseException:
-        try:
-            os.unlink(partial)
-        except OSError:
-            pass
-        raise
 
 
 def _read_file(path: Path) -> dict[str, Any] | None:
