@@ -122,21 +122,20 @@ def prefetch(path: Path, plan: ReadPlan) -> None:
             pass
 
 
-def region_lines(path: Path, plan: ReadPlan, max_line_bytes: int,
-                 overrun_bytes: int | None = None) -> Iterator[tuple[int, bytes, bool]]:
+def region_lines(path: Path, plan: ReadPlan, max_line_bytes: int) -> Iterator[tuple[int, bytes, bool]]:
     """(byte offset of the line + 1, line without its newline, ended with a newline) for the lines
     of each region, `REGION_BREAK` between regions. A region starting inside a line begins after
     it; one ending inside a line finishes it. Blank lines are skipped, an overlong one ending inside
     its region is yielded empty (one bad line, as `lines_of` counts it).
 
     The bytes read are bounded by the plan, whatever the file holds (a sparse 50 GB file of NUL
-    bytes, garbage without newlines): past a region's end only its last line is finished, at most
-    `max_line_bytes` for it and `overrun_bytes` (default: the plan's bytes) for the whole file. A
-    region given up (a line without newline running past the region or the cap, a region start
-    found no newline for the cap) yields `DAMAGED_REGION` once, never a line; holes of a sparse
-    file are seeked over while looking for a newline.
+    bytes, garbage without newlines): past a region's end only its last line is finished, with at
+    most `max_line_bytes` for it and the plan's bytes for the whole file (at most twice the plan is
+    read). A region given up (a line without newline running past the region or the cap, a region
+    start with no newline within the cap) yields `DAMAGED_REGION` once, never a line; the holes of
+    a sparse file are seeked over while looking for a newline.
     """
-    allowance = [plan.planned_bytes if overrun_bytes is None else overrun_bytes]
+    allowance = [plan.planned_bytes]  # for reading past the regions' ends, spent by _lines_between
     with open_rank_file(path) as f:
         done = 0  # where the previous region's reading stopped
         for start, end in plan.regions:
