@@ -305,6 +305,10 @@ def _load_supervisor(ev: Evidence, supervisor: Path) -> None:
             except OSError as exc:
                 ev.warnings.append(f"{sig_file}: cannot be read ({exc.strerror}); the saved output is scanned instead")
         # watch died before writing its signatures: scan what it saved of the output
+        elif sig_file is None and summary is not None and summary.live_scan_complete:
+            # watch scanned every byte and found nothing before it ended: scanning the saved output again
+            # would only find what the job printed while watch ended it (torchrun's SignalException).
+            continue
         for name in (watch.stdout_log.name, watch.stderr_log.name):
             if name in files:
                 try:

@@ -34,6 +34,7 @@ from grpo_doctor.runlog.rank_states import NO_END, rank_state
 from grpo_doctor.schema import Record, RunPaths, Step
 from grpo_doctor.schema.errors import DoctorError
 from grpo_doctor.schema.run_paths import WatchPaths
+from grpo_doctor.schema.watch_files import phase_words
 
 EXIT_HELP = """\
 exit status: 0 every rank ended cleanly or is still running (its watch or its process alive); 1 a
@@ -103,7 +104,8 @@ def _rank_row(log: RankLog, now: float, live: LiveState) -> dict:
         "host": state.host,
         "pids": sorted(log.pids),
         "steps_done": _steps_done(log, steps),
-        "last_step": state.last_step,
+        "last_step": state.last_step,  # the last step it finished
+        "step": state.shown_step,  # the step it is in (or stopped in); the last one if it ended cleanly
         "state": state.ended or (RUNNING if running else NO_END),
         "signal": state.signal,
         "failed": state.failed and not running,
@@ -165,7 +167,7 @@ def _run_state(rows: list[dict], live: LiveState) -> str:
     going = [r for r in rows if r["state"] == RUNNING]
     if not going:
         return ""
-    steps = sorted(r["last_step"] for r in going if r["last_step"] is not None)
+    steps = sorted(r["step"] for r in going if r["step"] is not None)
     span = (f", at step {steps[0]}" if steps[0] == steps[-1] else f", at steps {steps[0]}-{steps[-1]}") if steps else ""
     idle = [r["since_last_record_s"] for r in going if r["since_last_record_s"] is not None]
     quiet = f", newest record {min(idle):.0f} s ago" if idle else ""
@@ -180,7 +182,7 @@ def _hang_line(live: LiveState) -> str:
         info = hang.ranks.get(rank)
         at = ""
         if info is not None and (info.open_phase or info.step is not None):
-            at = f" in {info.open_phase or 'no phase'} at step {info.step}"
+            at = f" {phase_words(info)} at step {info.step}"
         host = (info.host if info is not None and info.host else None) or hang.host
         stack = hang.stacks.get(rank)
         top = f": {headline(stack.frames)}" if stack is not None and stack.frames else ""

@@ -180,7 +180,7 @@ def _ranks_table(ev: Evidence) -> str:
     if not shown:
         return ""
     lines = ["### Ranks" + ("" if shown is rows else " that did not end cleanly"), "",
-             table(["rank", "host", "last step", "ended", "open phase", "last error"],
+             table(["rank", "host", "step", "ended", "open phase", "last error"],
                    [[r["rank"], r["host"], "-" if r["last_step"] is None else r["last_step"], r["end"],
                      r["open_path"], r["error"]] for r in shown[:MAX_RANK_ROWS]])]
     left = len(rows) - min(len(shown), MAX_RANK_ROWS)

@@ -37,7 +37,7 @@ def rank_rows(ev: Evidence) -> list[dict[str, Any]]:
             continue
         state = rank_state(log, host=ev.host_of(rank))
         error = f"{state.error}: {state.error_message}" if state.error else ""
-        rows.append({"rank": rank, "host": state.host or "", "last_step": state.last_step, "end": state.ending,
+        rows.append({"rank": rank, "host": state.host or "", "last_step": state.shown_step, "end": state.ending,
                      "open_path": state.open_phase or "", "error": error[:300], "odd": not state.clean})
     return rows
 

@@ -6,6 +6,10 @@ built here from a rank's event log (`rank_state`) or, in watch, from what the su
 (`RankState(...)` directly). A rank that wrote no end record says "no end record": it is still
 running, or was killed outright (SIGKILL, the OOM killer).
 
+"Step" means one thing everywhere it is shown (`shown_step`): the step a rank was in when it stopped
+(the step its last records carry, as the hang verdict says "at step 3"); for a rank that ended
+cleanly, the last step it finished (a job of 8 steps ends at step 8, never "step 9").
+
 Typical use:
     for state in rank_states(load_run([run_dir])):
         if not state.clean:
@@ -27,7 +31,8 @@ NO_END = "no end record"
 class RankState:
     rank: int
     host: str | None = None
-    last_step: int | None = None
+    last_step: int | None = None  # the last step it finished (its last step record)
+    step: int | None = None  # the step its last record carries: the one it was in when it stopped
     open_phase: str | None = None  # the phase path open at the end (or now, on a live run)
     ended: str | None = None  # its end record's reason: exit, shutdown, exception, signal; None: no end record
     signal: str | None = None  # with ended == "signal": which one ("SIGTERM")
@@ -43,6 +48,13 @@ class RankState:
         return self.ended + (f" ({self.signal})" if self.signal else "")
 
     @property
+    def shown_step(self) -> int | None:
+        """The step to show for this rank (module docstring): where it stopped, or its last step if clean."""
+        if self.clean or self.step is None:
+            return self.last_step
+        return self.step
+
+    @property
     def clean(self) -> bool:
         """Ended by itself, without an error: nothing to point out."""
         return not self.gone and not self.error and self.ended in CLEAN_ENDS
@@ -56,7 +68,8 @@ class RankState:
         """One line for a terminal: what happened to it, then where it was."""
         how = self.gone or self.ending
         error = f"; {self.error}" if self.error and not self.gone else ""
-        return f"rank {self.rank}: {how}; last phase {self.open_phase or '-'}, step {self.last_step}{error}"
+        step = f", step {self.shown_step}" if self.shown_step is not None else ""
+        return f"rank {self.rank}: {how}; last phase {self.open_phase or '-'}{step}{error}"
 
 
 def rank_state(log: RankLog, host: str | None = None) -> RankState:
@@ -67,12 +80,18 @@ def rank_state(log: RankLog, host: str | None = None) -> RankState:
         rank=log.rank,
         host=header.host if header is not None else host,
         last_step=log.last_step,
+        step=_record_step(log.last_record),
         open_phase=end.open_path if end is not None and end.open_path else log.open_path,
         ended=str(end.reason) if end is not None else None,
         signal=end.signal if end is not None else None,
         error=f"{last_error.exc_type} in {last_error.path or 'no phase'}" if last_error else None,
         error_message=last_error.message if last_error else None,
     )
+
+
+def _record_step(record) -> int | None:
+    step = getattr(record, "step", None)
+    return step if isinstance(step, int) and not isinstance(step, bool) else None
 
 
 def rank_states(run: RunLog) -> list[RankState]:

@@ -63,15 +63,18 @@ class HangRank:
     timeout_s: float | None = None  # the stall timeout it was judged by
     role: str | None = None  # a Ray actor's process title at the hang, "ray::PolicyWorker.train_step"
     host: str | None = None  # the host the rank ran on (set in a fleet verdict; the report's host otherwise)
+    left_phase: str | None = None  # between phases: the phase it left last (where the time since went)
 
     FIELDS: ClassVar[dict[str, Check]] = {"pid": _int, "verdict": _str, "open_phase": _str, "step": _int,
-                                          "idle_s": _num, "timeout_s": _num, "role": _str, "host": _str}
+                                          "idle_s": _num, "timeout_s": _num, "role": _str, "host": _str,
+                                          "left_phase": _str}
 
     def to_dict(self) -> dict[str, Any]:
         out = {"pid": self.pid, "verdict": self.verdict, "open_phase": self.open_phase, "step": self.step,
                "idle_s": self.idle_s, "timeout_s": self.timeout_s}
         # Written only when known, so that files of older versions write back as they were read.
-        return out | {k: v for k, v in (("role", self.role), ("host", self.host)) if v is not None}
+        return out | {k: v for k, v in (("role", self.role), ("host", self.host), ("left_phase", self.left_phase))
+                      if v is not None}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> HangRank:
@@ -82,6 +85,16 @@ def _node_keys(value: Any) -> bool:
     """None, or an object keyed by node id ("0", "17") whose values are strings (host names, reasons)."""
     return value is None or (type(value) is dict and all(
         type(k) is str and k.isdecimal() and len(k) < 7 and type(v) is str for k, v in value.items()))
+
+
+def phase_words(info: HangRank) -> str:
+    """Where a rank was in its loop at a hang, in words: "in reward", "between phases, after all_gather"
+    (a reward function --instrument does not wrap), or "in no phase" when nothing says more."""
+    if info.open_phase:
+        return f"in {info.open_phase}"
+    if info.left_phase:
+        return f"between phases, after {info.left_phase}"
+    return "in no phase"
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ Typical use:
     console.write_child("stdout", b"step 3 loss 0.1\n")
     console.note("rank 3 is gone without an end record")
     console.panel(rows)   # rows of (rank, step, phase, idle_s, gpu_mem_bytes)
+    console.fold_child_output()   # watch is ending the job: its reaction is saved, not shown
 """
 from __future__ import annotations
 
@@ -55,10 +56,22 @@ class Console:
         self._at_line_start = True
         self._plain_every_s = plain_every_s
         self._last_plain = time.monotonic()
+        self._folding = False
+        self.folded_lines = 0  # lines of the job's output kept off the terminal after watch ended it
+
+    def fold_child_output(self) -> None:
+        """From now on the job's output is only saved, not shown: what a job prints while watch ends it
+        (torchrun's SignalException traceback, every rank's KeyboardInterrupt) is watch's own doing,
+        dozens of lines burying the verdict. They are counted for one line at the end."""
+        with self._lock:
+            self._folding = True
 
     def write_child(self, stream: str, data: bytes) -> None:
         out = sys.stdout if stream == "stdout" else sys.stderr
         with self._lock:
+            if self._folding:
+                self.folded_lines += data.count(b"\n")
+                return
             self._erase()
             out.buffer.write(data)
             out.flush()

@@ -33,7 +33,7 @@ from grpo_doctor.checks.stack_groups import (
 from grpo_doctor.schema import RunPaths
 from grpo_doctor.schema.run_paths import host_dir_name
 from grpo_doctor.schema.stacks import StackCapture
-from grpo_doctor.schema.watch_files import HangRank, HangReport
+from grpo_doctor.schema.watch_files import HangRank, HangReport, phase_words
 from grpo_doctor.supervisor.progress import ProgressTracker
 from grpo_doctor.supervisor.stacks import capture_stacks, ptrace_denied
 
@@ -92,7 +92,7 @@ def _where(info: HangRank) -> str:
     """ " in rollout at step 3", or nothing where there is no event log (uninstrumented)."""
     if info.open_phase is None and info.step is None:
         return ""
-    return f" in {info.open_phase or 'no phase'} at step {info.step}"
+    return f" {phase_words(info)} at step {info.step}"
 
 
 def _actor_row(pid: int, role: str, verdict: str, capture: StackCapture | None, waited_for: bool) -> dict[str, Any]:
@@ -138,6 +138,7 @@ def investigate(
             continue
         ranks[rank] = HangRank(
             pid=pid, verdict=verdict, open_phase=progress.open_path, step=progress.step,
+            left_phase=progress.last_left if progress.open_path is None else None,
             idle_s=round(now_mono - progress.seen_mono, 1) if progress.seen_mono else None,
             timeout_s=round(tracker.timeout_s(progress), 1), role=roles.get(rank),
         )

@@ -11,6 +11,13 @@ Repeats are aggregated: the first `samples_per_key` signatures of each (kind, ra
 all; later ones are only counted (`counts`), so memory and disk stay bounded by the number of
 distinct signatures, not the number of lines.
 
+What the job prints once watch has signalled it (`end_of_job`: --on-hang kill, watch's own SIGTERM)
+is watch's doing, not evidence: torchrun's SignalException traceback would otherwise become a
+`worker-died` and a `python-traceback` in the report. A mark is queued with the output at that
+moment, so lines printed before it are still scanned as evidence; the signatures after it are only
+counted (`after_end_counts`). Bytes the job wrote just before the signal but that the tee had not
+read yet fall after the mark: a window of one pipe read.
+
 Typical use:
     scan = LiveScan(sup_dir / "signatures.jsonl", write=guarded_write, note=console.note)
     scan.start(); tee = OutputTee(..., on_lines=scan.submit); ...; scan.stop(timeout_s=5)
@@ -40,14 +47,16 @@ class LiveScan:
         self._samples_per_key = samples_per_key
         self._max_kept = max_kept
         self._scanner = LineScanner()
-        self._queue: collections.deque[bytes] = collections.deque()
+        self._queue: collections.deque[bytes | None] = collections.deque()  # None: watch signalled the job
         self._backlog_bytes = 0
         self._cond = threading.Condition()
         self._stopping = False
         self._ending = False  # after watch signals the job, its tracebacks are watch's doing: not noted
+        self._after_mark = False  # the scan reached the output printed after watch's signal
         self._noted: set[tuple] = set()
         self.kept: list[Signature] = []  # the samples written
-        self.counts: dict[str, int] = {}  # kind -> every signature seen
+        self.counts: dict[str, int] = {}  # kind -> every signature seen before watch signalled the job
+        self.after_end_counts: dict[str, int] = {}  # kind -> signatures in the job's output after that
         self._per_key: collections.Counter[tuple] = collections.Counter()
         self.skipped_bytes = 0
         self._thread = threading.Thread(target=self._run, name="grpo-doctor-live-scan", daemon=True)
@@ -71,7 +80,12 @@ class LiveScan:
             self._cond.notify()
 
     def end_of_job(self) -> None:
-        self._ending = True
+        """watch is signalling the job now: what it prints from here on is not evidence."""
+        with self._cond:
+            if not self._ending:
+                self._queue.append(None)
+                self._cond.notify()
+            self._ending = True
 
     def stop(self, timeout_s: float) -> bool:
         """Scans what is queued (within `timeout_s`), finishes what is open; True when all was scanned."""
@@ -95,6 +109,9 @@ class LiveScan:
                 if not self._queue:
                     return
                 lines = self._queue.popleft()
+                if lines is None:
+                    self._after_mark = True
+                    continue
                 self._backlog_bytes -= len(lines)
             found: list[Signature] = []
             try:
@@ -104,6 +121,10 @@ class LiveScan:
                 self.skipped_bytes += len(lines)
 
     def _record(self, found: list[Signature]) -> None:
+        if self._after_mark:
+            for sig in found:
+                self.after_end_counts[sig.kind] = self.after_end_counts.get(sig.kind, 0) + 1
+            return
         fresh = []
         for sig in found:
             self.counts[sig.kind] = self.counts.get(sig.kind, 0) + 1

@@ -50,9 +50,12 @@ def build_summary(host: str, status: int | None, exit_status: int, hang_ended: b
 
 def summary_lines(summary: WatchSummary) -> list[str]:
     """How the job ended, every rank that did not end cleanly, the failures seen in the output."""
-    lines = [f"job finished: {summary.command_result}" + (" (hang: ended by watch)" if summary.hang_ended_by_watch else "")]
+    # The exit status is stated once, in watch's last line: a job watch ended after a hang has no
+    # status of its own worth a second number.
+    lines = ["job ended by watch after the hang (--on-hang kill)" if summary.hang_ended_by_watch
+             else f"job finished: {summary.command_result}"]
     for rank, info in summary.ranks.items():
-        state = RankState(rank=rank, host=summary.host, last_step=info.step, open_phase=info.open_phase,
+        state = RankState(rank=rank, host=summary.host, step=info.step, open_phase=info.open_phase,
                           ended=info.ended, error=info.error, gone=info.gone)
         if not state.clean:
             lines.append(f"  {state.line()}")  # worded as the report's Ranks table and `summary`

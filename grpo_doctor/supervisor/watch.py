@@ -411,7 +411,8 @@ class Watch:
 
     def _end_job(self, line: str) -> bool:
         self.console.note(line)
-        self.live_scan.end_of_job()  # its tracebacks now are our doing: not noted
+        self.live_scan.end_of_job()  # its tracebacks now are our doing: not evidence
+        self.console.fold_child_output()  # nor shown: torchrun's SignalException traceback would bury the verdict
         self.tree.end(self.opts.grace_s)
         return True
 
@@ -564,6 +565,9 @@ class Watch:
         for line in summary_lines(summary):
             self.console.note(line)
         self.console.note(f"run directory: {self.paths.root}")
+        if self.console.folded_lines:
+            self.console.note(f"{self.console.folded_lines} line(s) the job printed while watch ended it not shown "
+                              f"(saved in {self.watch_files.stdout_log.name} and {self.watch_files.stderr_log.name})")
 
 
 @dataclass

@@ -41,7 +41,7 @@ from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.analysis.rank_progress import collective_failures, completed, rank_positions
 from grpo_doctor.checks.stack_groups import collective_call
 from grpo_doctor.schema.ranks import format_ranks
-from grpo_doctor.schema.watch_files import HangRank, HangReport
+from grpo_doctor.schema.watch_files import HangRank, HangReport, phase_words
 
 ID = "hang"
 MAX_HOSTS_IN_TITLE = 3  # a title names this many hosts, else counts them
@@ -169,7 +169,7 @@ def _from_watch(run: Evidence) -> Iterator[Finding]:
         phase, step = lead.open_phase, lead.step
         idle = [info.idle_s for info in ranks_info.values() if info.idle_s is not None]
         host = report.host or None
-        where = f" in {phase}" if phase else ""
+        where = f" {phase_words(lead)}" if phase or lead.left_phase else ""
         at = f" at step {step}" if step is not None else ""
         stacks = culprit_evidence(captures, culprits or odd)
         kinds = _culprit_kinds(captures, culprits or odd, ranks_info)

@@ -24,11 +24,14 @@ from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 from grpo_doctor.rank.integrations.trl import instrument  # noqa: E402
 
 CALLS = {"n": 0}
+HANG_MARK = os.environ.get("HANG_MARK")  # a file the hung rank writes the time it started hanging to
 
 
 def reward(completions, **kwargs) -> list[float]:
     CALLS["n"] += 1
     if os.environ.get("RANK") == "1" and CALLS["n"] >= 3:
+        if HANG_MARK:
+            Path(HANG_MARK).write_text(repr(time.time()))
         while True:  # a grader that never answers
             time.sleep(1.0)
     return [sum(c.isdigit() for c in text) / max(len(text), 1) for text in completions]
@@ -38,6 +41,7 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--run-dir", required=True)
     p.add_argument("--out-dir", required=True)
+    p.add_argument("--without-trl-lines", action="store_true", help="leave out grpo-doctor's two TRL lines")
     args = p.parse_args()
     tokenizer = build_char_tokenizer()
     prompts = [f"{a}+{b}=" for a in range(1, 9) for b in range(1, 9)]
@@ -48,7 +52,8 @@ def main() -> None:
     )
     trainer = GRPOTrainer(model=build_tiny_model(tokenizer, 0), processing_class=tokenizer, reward_funcs=[reward],
                           args=config, train_dataset=Dataset.from_dict({"prompt": prompts}))
-    trainer = instrument(trainer, run_dir=args.run_dir)
+    if not args.without_trl_lines:
+        trainer = instrument(trainer, run_dir=args.run_dir)
     trainer.train()
 
 
