@@ -14,11 +14,14 @@ Typical use:
 from __future__ import annotations
 
 import functools
-import json
 import math
 import re
 from pathlib import Path
 from typing import Any
+
+from grpo_doctor.schema.safe_read import loads_bounded, read_json, read_text
+
+MAX_STEP_LOG_BYTES = 512 * 2**20  # the step log beside the completions is read whole, so capped
 
 # grpo-doctor's rollout probe as a reward function (rank/integrations: TRL's name, ms-swift's class): always NaN
 PROBE_COLUMNS = ("grpo_doctor_rollouts", "GrpoDoctorRollouts")
@@ -88,9 +91,9 @@ def _logged_reward_functions(step_log: Path | None) -> frozenset[str]:
 def _reward_functions_in(log: Path, mtime_ns: int) -> frozenset[str]:
     """Read once per step log (and version): TRL writes one parquet file per logging step beside it."""
     if log.name == "logging.jsonl":
-        entries = [_json_or_none(line) for line in log.read_text(errors="replace").splitlines()]
+        entries = [_json_or_none(line) for line in read_text(log, cap=MAX_STEP_LOG_BYTES, errors="replace").splitlines()]
     else:
-        state = json.loads(log.read_text(errors="replace"))
+        state = read_json(log, cap=MAX_STEP_LOG_BYTES, errors="replace")
         entries = (state.get("log_history") or []) if isinstance(state, dict) else []
     return frozenset(m.group(1) for e in entries if isinstance(e, dict) for k in e
                      if (m := _LOGGED_REWARD.match(str(k))))
@@ -98,6 +101,6 @@ def _reward_functions_in(log: Path, mtime_ns: int) -> frozenset[str]:
 
 def _json_or_none(line: str) -> Any:
     try:
-        return json.loads(line)
+        return loads_bounded(line)
     except ValueError:
         return None

@@ -22,7 +22,6 @@ Typical use:
 """
 from __future__ import annotations
 
-import stat
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +29,7 @@ from typing import Any
 
 from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.schema import RunPaths
+from grpo_doctor.schema.safe_read import open_regular
 
 AREAS = ("crashes", "hangs", "memory", "rollouts", "network")
 _HANG_KINDS = ("nccl-timeout", "nccl-watchdog-status", "nccl-watchdog-stuck", "nccl-error", "rendezvous-failure",
@@ -158,9 +158,7 @@ def _count_lines(path: Path) -> int | None:
     None for a file that cannot be read (or is no regular file: a FIFO must not be opened)."""
     count, last = 0, b"\n"
     try:
-        if not stat.S_ISREG(path.stat().st_mode):
-            return None
-        with path.open("rb") as f:
+        with open_regular(path) as f:  # UnreadableFile (an OSError) for a FIFO: never opened
             while chunk := f.read(_COUNT_CHUNK_BYTES):
                 count += chunk.count(b"\n")
                 last = chunk[-1:]

@@ -13,16 +13,17 @@ Typical use:
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from grpo_doctor.checks.stack_groups import format_frame, frame_kind, headline, innermost_user_frame
 from grpo_doctor.schema import RunPaths
+from grpo_doctor.schema.safe_read import read_json
 from grpo_doctor.schema.stacks import StackCapture, thread_from_pyspy_json
 from grpo_doctor.schema.watch_files import HangReport
 
 MAX_FRAMES_SHOWN = 40
+MAX_CAPTURE_BYTES = 64 * 2**20  # one rank's py-spy JSON: its threads' frames, well under a megabyte
 
 
 def hang_captures(report: HangReport) -> list[StackCapture]:
@@ -47,7 +48,7 @@ def _from_stack_dirs(report: HangReport) -> list[StackCapture]:
         captures = []
         for path in sorted(directory.glob("rank-*.json")):
             try:
-                threads = tuple(thread_from_pyspy_json(t) for t in json.loads(path.read_text(errors="replace")))
+                threads = tuple(thread_from_pyspy_json(t) for t in read_json(path, cap=MAX_CAPTURE_BYTES, errors="replace"))
             except (OSError, ValueError, KeyError, TypeError):
                 continue  # a failed capture leaves an empty or partial file
             rank = int(path.stem.rpartition("-")[2])

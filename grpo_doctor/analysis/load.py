@@ -70,6 +70,7 @@ from grpo_doctor.schema import Error, Header, Rng, Rollout, RunPaths, Step
 from grpo_doctor.schema.errors import DoctorError
 from grpo_doctor.schema.field_checks import MAX_WORLD_SIZE, within_depth
 from grpo_doctor.schema.run_paths import WatchPaths
+from grpo_doctor.schema.safe_read import open_regular
 from grpo_doctor.schema.watch_files import HangReport, WatchSummary
 
 PHASE_COLUMNS = ["rank", "host", "step", "phase", "path", "begin_t", "end_t", "duration_s", "error"]
@@ -359,8 +360,7 @@ def _read_samples(ev: Evidence, path: Path, host: str) -> None:
 def _read_signatures(ev: Evidence, path: Path) -> Iterable[Signature]:
     """signatures.jsonl as watch writes it; a line of another shape is counted as unreadable. Raises
     OSError here, not while iterating, when the file cannot be opened."""
-    with path.open("rb"):
-        pass
+    open_regular(path).close()  # a FIFO is never opened (schema/safe_read.py)
     return _signatures_in(ev, path)
 
 

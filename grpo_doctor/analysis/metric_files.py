@@ -22,6 +22,7 @@ from typing import Any
 from grpo_doctor.analysis import metric_logs, tensorboard_metrics, wandb_metrics
 from grpo_doctor.analysis.metric_logs import MetricLog, add_steps
 from grpo_doctor.analysis.metric_names import framework_entry, framework_of, logged_name
+from grpo_doctor.schema.safe_read import open_regular, open_text
 
 SNIFF_BYTES = 4096
 
@@ -31,7 +32,7 @@ def read_metric_files(path: Path) -> list[MetricLog]:
     if metric_logs.is_metric_log(path):
         return [metric_logs.read_metric_log(path)]
     try:
-        with path.open("rb") as f:
+        with open_regular(path) as f:  # never a FIFO or a device (schema/safe_read.py)
             head = f.read(SNIFF_BYTES)
     except OSError:
         return []
@@ -56,7 +57,7 @@ def read_verl_jsonl(path: Path) -> MetricLog:
     """verl's FileLogger: {"step": N, "data": {...}} a line (orjson writes NaN as null: a NaN is not seen)."""
     entries: list[dict[str, Any]] = []
     bad = 0
-    with path.open(errors="replace") as f:
+    with open_text(path) as f:
         for line in f:
             try:
                 record = json.loads(line)

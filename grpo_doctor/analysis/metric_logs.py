@@ -36,6 +36,7 @@ import pandas as pd
 from grpo_doctor.analysis.completion_rewards import number, reward_functions, weighted_sum
 from grpo_doctor.analysis.metric_names import ALIASES, SWIFT, TRL, canonical_frame
 from grpo_doctor.checks.groups import duplicate_rate, group_members
+from grpo_doctor.schema.safe_read import loads_bounded, open_text, read_json
 
 METRIC_LOG_NAMES = ("trainer_state.json", "logging.jsonl", "completions.jsonl")
 SAMPLES_PER_STEP = 8  # completions kept per step for the report; the diversity figures use all of them
@@ -44,6 +45,8 @@ SWIFT_ARGS = ("beta", "scale_rewards", "temperature", "num_generations", "max_co
 NONFINITE_CHECKED = ("loss", "grad_norm")  # canonical names; each framework's own (ALIASES) are checked
 TENSORBOARD_GLOBS = ("events.out.tfevents.*", "*/events.out.tfevents.*", "*/*/events.out.tfevents.*")
 _SKIP_ENTRY_KEYS = ("train_runtime", "train_loss", "last_model_checkpoint")  # end-of-training summaries
+MAX_METRIC_FILE_BYTES = 512 * 2**20  # trainer_state.json of a long run: tens of MB; read whole, so capped
+MAX_ARGS_BYTES = 2**20  # ms-swift's args.json: a few KB
 
 
 
@@ -101,7 +104,7 @@ def read_metric_log(path: Path) -> MetricLog:
                     format=f"{source}-completions" if kind == "completions" else kind)
     try:
         if path.name == "trainer_state.json":
-            state = json.loads(path.read_text(errors="replace"))
+            state = read_json(path, cap=MAX_METRIC_FILE_BYTES, errors="replace", what="a trainer_state.json")
             entries = state.get("log_history") if isinstance(state, dict) else None
             if not isinstance(entries, list):
                 log.warnings.append(f"{path}: no log_history list; not a Trainer state file, left out")
@@ -113,8 +116,8 @@ def read_metric_log(path: Path) -> MetricLog:
             _add_completions(log, _swift_completion_rows(_json_lines(log)))
         else:
             _read_parquet(log)
-    except (OSError, ValueError) as exc:
-        log.warnings.append(f"{path}: cannot be read ({exc}); left out")
+    except (OSError, ValueError) as exc:  # UnreadableFile (a FIFO, past the cap) is both
+        log.warnings.append(f"{path}: cannot be read ({getattr(exc, 'why', exc)}); left out")
     return log
 
 
@@ -139,7 +142,7 @@ def _swift_args(directory: Path) -> dict[str, Any] | None:
     """ms-swift writes args.json into its output directory and every checkpoint; TRL writes none."""
     for candidate in (directory / "args.json", directory.parent / "args.json"):
         try:
-            data = json.loads(candidate.read_text(errors="replace"))
+            data = read_json(candidate, cap=MAX_ARGS_BYTES, errors="replace", what="an args.json")
         except (OSError, ValueError):
             continue
         if isinstance(data, dict) and ("rlhf_type" in data or "train_type" in data):
@@ -149,12 +152,12 @@ def _swift_args(directory: Path) -> dict[str, Any] | None:
 
 def _json_lines(log: MetricLog) -> list[dict[str, Any]]:
     out, bad = [], 0
-    with log.path.open(errors="replace") as f:
+    with open_text(log.path) as f:  # never a FIFO or a device (schema/safe_read.py)
         for line in f:
             if not line.strip():
                 continue
             try:
-                value = json.loads(line)
+                value = loads_bounded(line)
             except ValueError:
                 bad += 1
                 continue

@@ -20,13 +20,15 @@ Typical use:
 from __future__ import annotations
 
 import csv
-import json
 from pathlib import Path
 from typing import Any
 
 from grpo_doctor.analysis.console_metrics import parse_value
 from grpo_doctor.analysis.metric_logs import MetricLog, add_steps
 from grpo_doctor.analysis.metric_names import framework_entry, framework_of, logged_name
+from grpo_doctor.schema.safe_read import loads_bounded, open_text, read_text
+
+MAX_EXPORT_BYTES = 512 * 2**20  # a JSON export is read whole, so capped; a CSV is read a row at a time
 
 _STEP_COLUMNS = ("train/global_step", "_step", "Step")
 
@@ -63,7 +65,7 @@ def _logs(path: Path, fmt: str, runs: dict[str, list[dict[str, Any]]]) -> list[M
 
 
 def _csv_runs(path: Path) -> dict[str, list[dict[str, Any]]]:
-    with path.open(newline="", errors="replace") as f:
+    with open_text(path, newline="") as f:  # never a FIFO or a device (schema/safe_read.py)
         table = list(csv.DictReader(f))
     runs: dict[str, dict[int, dict[str, Any]]] = {}
     for record in table:
@@ -79,15 +81,15 @@ def _csv_runs(path: Path) -> dict[str, list[dict[str, Any]]]:
 
 
 def _json_runs(path: Path) -> dict[str, list[dict[str, Any]]]:
-    text = path.read_text(errors="replace")
+    text = read_text(path, cap=MAX_EXPORT_BYTES, errors="replace", what="a W&B export")
     try:
-        data = json.loads(text)
+        data = loads_bounded(text)
         records = data if isinstance(data, list) else _columns_to_records(data)
     except ValueError:  # one record a line
         records = []
         for line in text.splitlines():
             try:
-                records.append(json.loads(line))
+                records.append(loads_bounded(line))
             except ValueError:
                 continue
     runs: dict[str, dict[int, dict[str, Any]]] = {}

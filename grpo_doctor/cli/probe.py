@@ -31,6 +31,9 @@ from grpo_doctor.probe.verdict import exit_status
 from grpo_doctor.probe.worker import NODES_CHECKED_ENV
 from grpo_doctor.schema import RunPaths
 from grpo_doctor.schema.probe_results import NodeReport
+from grpo_doctor.schema.safe_read import read_json
+
+MAX_COLLECTIVES_BYTES = 64 * 2**20  # collectives.json: one result per check and node
 
 EPILOG = """\
 exit status: 0 nothing found that would stop the job (warnings such as a slow link may be printed);
@@ -99,7 +102,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         collectives = paths.probe_collectives
         print(json.dumps({"status": status, "node": report.to_dict(),
-                          "collectives": json.loads(collectives.read_text()) if collectives.is_file() else None},
+                          "collectives": read_json(collectives, cap=MAX_COLLECTIVES_BYTES)
+                          if collectives.is_file() else None},
                          indent=1, default=str))
     return status
 

@@ -27,6 +27,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+from grpo_doctor.schema.safe_read import open_regular
+
 MAX_LINE_BYTES = 64 * 1024
 CHUNK_BYTES = 2**18  # fits a core's L2 cache, so the keyword passes over a chunk read it from there
 
@@ -93,7 +95,7 @@ def line_at(chunk: bytes, start: int, max_line_bytes: int = MAX_LINE_BYTES) -> t
 def open_log(path: str | Path):
     """The file opened for reading as UTF-8 bytes: past a UTF-8 byte-order mark, or, after a UTF-16
     one, a reader that transcodes (`read` and `readline` as a binary file has them)."""
-    f = open(path, "rb")
+    f = open_regular(path)  # never a FIFO or a device (schema/safe_read.py): UnreadableFile, an OSError
     bom = f.read(3)
     if bom[:2] in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE):
         f.seek(0)

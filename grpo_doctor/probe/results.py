@@ -3,12 +3,11 @@ report reads them without importing the probe), their places in RunPaths; here i
 
 Typical use:
     write_json(RunPaths(run_dir).probe_node_file(node_rank, host), node.to_dict())
-    node = NodeReport.from_dict(json.loads(path.read_text()))
+    node = NodeReport.from_dict(read_json(path, cap=64 * 2**20))   # schema/safe_read.py
 """
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from grpo_doctor.schema.probe_results import (  # noqa: F401  (the probe's modul
     Preflight,
     Problem,
 )
+from grpo_doctor.schema.safe_write import write_file
 
 
 def probe_dir(run_dir: Path) -> Path:
@@ -34,8 +34,6 @@ def probe_dir(run_dir: Path) -> Path:
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
-    """Atomically: a reader (or a report built meanwhile) never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    partial.write_text(json.dumps(data, indent=1, default=str))
-    os.replace(partial, path)
+    """Atomically: a reader (or a report built meanwhile) never sees half a file; never over a device
+    or a FIFO (schema/safe_write.py: UnwritableFile, an OSError and a one-line user error)."""
+    write_file(path, json.dumps(data, indent=1, default=str))  # never over a device (schema/safe_write.py)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_doctor.schema.errors import DoctorError
+from grpo_doctor.schema.safe_read import UnreadableFile, loads_bounded, read_text
 
 COMPARED_PREFIXES = ("NCCL_", "TORCH_", "GLOO_", "CUDA_DEVICE_ORDER", "OMP_NUM_THREADS")
 # Variables under those prefixes that are per process or per node by design.
@@ -25,6 +26,7 @@ ARGS_IGNORED = frozenset({"local_rank", "logging_dir", "run_name", "hub_token", 
                           "process_index"})
 EXPECT_PREFIX = "expect:"
 ARGS_PREFIX = "args:"
+MAX_ARGS_FILE_BYTES = 2**20  # an args.json or a config YAML: a few KB
 # Differences in these (or in any expect:/args: key) make the job fail or hang; others degrade it.
 CRITICAL = frozenset({"NNODES", "NPROC_PER_NODE", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
                       "CUDA_VISIBLE_DEVICES (count)", "GPUs visible", "local_world_size"})
@@ -48,10 +50,10 @@ def parse_expect(items: list[str] | None) -> dict[str, str]:
 
 def read_args_file(path: Path) -> dict[str, Any]:
     """Top-level scalar fields of an ms-swift `args.json` or a TRL / accelerate YAML config."""
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise SettingsError(f"--args-file {path}: cannot read it ({exc.strerror or exc})") from exc
+    try:  # a device, a FIFO or a file past the cap is refused without being read (schema/safe_read.py)
+        text = read_text(path, cap=MAX_ARGS_FILE_BYTES, what="an arguments file")
+    except UnreadableFile as exc:
+        raise SettingsError(f"--args-file {path}: cannot read it ({exc.why})") from None
     kind = "YAML" if path.suffix in (".yaml", ".yml") else "JSON"
     try:
         if kind == "YAML":
@@ -59,7 +61,7 @@ def read_args_file(path: Path) -> dict[str, Any]:
 
             data = yaml.safe_load(text)
         else:
-            data = json.loads(text)
+            data = loads_bounded(text)
     except ImportError as exc:
         raise SettingsError(f"--args-file {path}: reading YAML needs PyYAML (pip install pyyaml)") from exc
     except Exception as exc:  # noqa: BLE001 - json's ValueError or yaml's YAMLError: both are bad files

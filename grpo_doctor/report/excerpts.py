@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_doctor.schema.run_paths import WatchPaths
+from grpo_doctor.schema.safe_read import open_regular
 
 CONTEXT_LINES = 3
 MAX_EXCERPTS = 40
@@ -63,7 +64,7 @@ def _read_windows(path: Path, hits: set[int], context: int) -> dict[int, list[tu
     open_windows: dict[int, list[tuple[int, str, bool]]] = {}
     done: dict[int, list[tuple[int, str, bool]]] = {}
     try:
-        with path.open("rb") as f:
+        with open_regular(path) as f:  # never a FIFO or a device (schema/safe_read.py)
             for number, line in enumerate(_bounded_lines(f), start=1):
                 text = line.decode("utf-8", errors="replace").rstrip("\r\n")
                 if number in hits:

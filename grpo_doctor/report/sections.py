@@ -16,6 +16,7 @@ from typing import Any
 from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.runlog.rank_states import rank_state
 from grpo_doctor.schema.ranks import format_ranks
+from grpo_doctor.schema.safe_read import open_text
 from grpo_doctor.schema.watch_files import HangReport
 
 # Variables that differ from rank to rank by design, so a difference means nothing.
@@ -116,7 +117,7 @@ def _stack_text(hang: HangReport, rank: int) -> list[str]:
     for directory in dirs:
         path = directory / f"rank-{rank:05d}.txt"
         try:
-            with path.open(errors="replace") as f:
+            with open_text(path) as f:  # never a FIFO or a device (schema/safe_read.py)
                 return [line.rstrip("\n") for _, line in zip(range(MAX_STACK_FRAMES), f, strict=False)]
         except OSError:
             continue

@@ -19,16 +19,18 @@ Typical use:
     data = read_json(path, cap=MAX_CONFIG_BYTES)           # UnreadableFile when it cannot be used
     text = read_text(path, cap=2**20, errors="replace")
     with open_regular(log_path) as f: head = f.read(4096)
+    with open_text(jsonl_path) as f: first = f.readline(65536)
 """
 from __future__ import annotations
 
 import errno as errno_codes
 import fcntl
+import io
 import json
 import os
 import stat
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TextIO
 
 from grpo_doctor.schema.errors import DoctorError
 
@@ -46,7 +48,11 @@ class UnreadableFile(DoctorError, OSError, ValueError):
         self.path = str(path)
         self.why = why
         self.errno = errno  # OSError's own attribute: handlers that look at it see the cause
+        self.strerror = why  # for a handler that says `exc.strerror`, as of any OSError
         self.over_cap: int | None = None  # the cap, when the file held more than it
+
+    def __str__(self) -> str:  # the message alone: OSError's own would say "[Errno 2] ..."
+        return str(self.args[0])
 
 
 def special_file_kind(mode: int) -> str:
@@ -83,6 +89,11 @@ def open_regular(path: str | Path) -> BinaryIO:
     except BaseException:
         os.close(fd)
         raise
+
+
+def open_text(path: str | Path, errors: str = "replace", encoding: str = "utf-8", newline: str | None = None) -> TextIO:
+    """`open_regular` as text, for a reader that goes line by line and bounds its own reads."""
+    return io.TextIOWrapper(open_regular(path), encoding=encoding, errors=errors, newline=newline)
 
 
 def read_bytes(path: str | Path, *, cap: int, what: str = "file") -> bytes:

@@ -65,6 +65,10 @@ class UnwritableFile(DoctorError, OSError):
         self.path = str(path)
         self.why = why
         self.errno = errno
+        self.strerror = why  # for a handler that says `exc.strerror`, as of any OSError
+
+    def __str__(self) -> str:  # the message alone: OSError's own would say "[Errno 2] ..."
+        return str(self.args[0])
 
 
 def write_file(path: str | Path, data: str | bytes, *, encoding: str = "utf-8", make_parents: bool = True,

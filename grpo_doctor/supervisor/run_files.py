@@ -8,7 +8,7 @@ nodes may share.
 
 Typical use:
     files = RunFiles(paths, paths.supervisor_host(host), note=console.note)
-    files.write(path.name, lambda: path.write_text(text))
+    files.write(path.name, lambda: write_file(path, text))
     files.claim()                     # raises RunDirBusy when another watch holds it
     files.add_host_to_run_json(RunInfo(command=("torchrun", "train.py"), hosts={host: WatchHost(pid=4711)}))
 """
@@ -28,6 +28,10 @@ from grpo_doctor.schema.errors import DoctorError
 from grpo_doctor.schema.json_shapes import FormatError
 from grpo_doctor.schema.run_info import RunInfo
 from grpo_doctor.schema.run_paths import WatchPaths
+from grpo_doctor.schema.safe_read import read_json
+from grpo_doctor.schema.safe_write import write_file
+
+MAX_RUN_JSON_BYTES = 16 * 2**20  # a host's entry is a few KB: room for thousands of nodes
 
 
 class RunDirBusy(DoctorError):
@@ -91,12 +95,10 @@ class RunFiles:
             run_json = self.paths.run_json
             if info.start_t is None:
                 info = replace(info, start_t=time.time())
-            try:
+            try:  # a FIFO or a device there is refused, never waited on or read (schema/safe_read.py)
                 if run_json.exists():
-                    info = RunInfo.from_dict(json.loads(run_json.read_text(errors="replace"))).joined_by(info)
-            except (ValueError, RecursionError) as exc:  # FormatError is a ValueError, as JSON's errors are
-                why = exc if isinstance(exc, FormatError) else "not JSON"
+                    info = RunInfo.from_dict(read_json(run_json, cap=MAX_RUN_JSON_BYTES, errors="replace")).joined_by(info)
+            except ValueError as exc:  # FormatError and UnreadableFile are ValueErrors, as JSON's errors are
+                why = exc if isinstance(exc, FormatError) else getattr(exc, "why", "not JSON")
                 self._note(f"{run_json} cannot be read ({why}); written anew with this host only")
-            partial = run_json.with_suffix(f".{self.sup_dir.name}.tmp")
-            partial.write_text(json.dumps(info.to_dict(), indent=2))
-            partial.replace(run_json)
+            write_file(run_json, json.dumps(info.to_dict(), indent=2))  # atomically; UnwritableFile is an OSError

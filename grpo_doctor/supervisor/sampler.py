@@ -32,11 +32,13 @@ import psutil
 
 from grpo_doctor.host.nvml import Nvml, NvmlError
 from grpo_doctor.schema import SCHEMA_VERSION
+from grpo_doctor.schema.safe_read import read_text
 
 NO_NVML_MESSAGE = "GPU sampling off: no NVIDIA driver (NVML unavailable)"
 # A CPU figure over a shorter interval is noise: psutil's CPU times tick every 10 ms, so a
 # process sampled just after it was found reads 0 % even while it spins.
 MIN_CPU_INTERVAL_S = 0.2
+MAX_SAMPLES_BYTES = 2**30  # load_samples reads samples.jsonl whole (the report reads it line by line)
 UNREADABLE = "unreadable"  # alive, but /proc does not show it to us (hidepid)
 GONE = "gone"  # the state of a process that no longer exists (or whose pid now names another one)
 
@@ -118,7 +120,7 @@ def sample_from_dict(data: Mapping[str, Any]) -> Sample:
 
 def load_samples(path: Path) -> list[Sample]:
     """Samples of a samples.jsonl; a last line torn by a killed supervisor is left out."""
-    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    lines = read_text(path, cap=MAX_SAMPLES_BYTES).splitlines()  # never a FIFO or a device (schema/safe_read.py)
     out = []
     for i, line in enumerate(lines):
         try:

@@ -18,7 +18,6 @@ Typical use:
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import re
 import shutil
@@ -35,6 +34,8 @@ from typing import IO
 import psutil
 
 from grpo_doctor.logs.pyspy import format_pyspy_text
+from grpo_doctor.schema.safe_read import read_json
+from grpo_doctor.schema.safe_write import write_file
 from grpo_doctor.schema.stacks import StackCapture, thread_from_pyspy_json
 
 INSTALL_HINT = "install it into the job's environment: pip install py-spy"
@@ -45,6 +46,7 @@ PTRACE_HINT = (
 )
 _KILL_WAIT_S = 2.0  # after the timeout, how long to wait for SIGKILLed py-spys to be reaped
 _DENIED = re.compile(r"permission denied|operation not permitted|\bEPERM\b", re.IGNORECASE)
+MAX_PYSPY_JSON_BYTES = 64 * 2**20  # one process's threads and frames: well under a megabyte
 
 
 def find_py_spy(py_spy: str = "py-spy") -> str | None:
@@ -94,7 +96,7 @@ def capture_stacks(
             caps.append(cap)
     for cap in caps:
         # The raw JSON keeps every thread; the text a person reads leaves out grpo-doctor's own.
-        _rank_path(out_dir, cap.rank, ".txt").write_text(format_pyspy_text(cap.without_own_threads()))
+        write_file(_rank_path(out_dir, cap.rank, ".txt"), format_pyspy_text(cap.without_own_threads()))
     return caps
 
 
@@ -160,7 +162,8 @@ def _finish(run: _Run, host: str, timeout_s: float, give_up_mono: float) -> Stac
     if returncode != 0:
         return failed(_explain_failure(run.pid, returncode, stderr))
     try:
-        threads = tuple(thread_from_pyspy_json(t) for t in json.loads(run.raw_path.read_bytes()))
+        threads = tuple(thread_from_pyspy_json(t) for t in read_json(run.raw_path, cap=MAX_PYSPY_JSON_BYTES,
+                                                                                errors="replace"))
     except (ValueError, KeyError, TypeError) as exc:
         return failed(f"py-spy failed: its output for pid {run.pid} is not the JSON expected ({exc})")
     return StackCapture(run.rank, run.pid, host, run.started_t, threads, None, run.command)
