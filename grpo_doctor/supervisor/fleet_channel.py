@@ -38,6 +38,7 @@ from typing import Any
 
 from grpo_doctor.schema import RunPaths
 from grpo_doctor.schema.run_paths import FLEET_FILES
+from grpo_doctor.schema.safe_read import read_bytes
 from grpo_doctor.schema.safe_write import write_file
 
 KINDS = tuple(FLEET_FILES)
@@ -131,12 +132,10 @@ class DirChannel(Channel):
 
 
 def _read_file(path: Path) -> dict[str, Any] | None:
-    try:
-        with path.open("rb") as f:
-            data = f.read(MAX_MESSAGE_BYTES + 1)
-    except OSError:
+    try:  # a FIFO there is never opened, a device never read, a larger file refused (schema/safe_read.py)
+        return decode(read_bytes(path, cap=MAX_MESSAGE_BYTES))
+    except OSError:  # UnreadableFile is one
         return None
-    return decode(data) if len(data) <= MAX_MESSAGE_BYTES else None
 
 
 class StoreChannel(Channel):
