@@ -12,6 +12,8 @@ one part and read back by another, and where in a run directory it lives.
 - `probe_results`: `grpo-doctor probe`'s node reports and collectives file, and their `Problem`s
 - `json_shapes`: the shape checks their `from_dict` make on a file read back (`FormatError`)
 - `errors`: `DoctorError`, the base of every error a user can fix (a message and a hint)
+- `safe_read`, `safe_write`: the one opener and the one writer of whole files (`read_json`, `write_file`):
+  no device or FIFO read or replaced, reads capped by reading, failures as one-line DoctorErrors
 
 Typical use:
     from grpo_doctor.schema import PhaseBegin, RunPaths, record_from_dict
