@@ -35,7 +35,6 @@ from grpo_doctor.plan.commands import PLAN_ENV
 from grpo_doctor.schema import RunPaths
 from grpo_doctor.schema.ranks import format_ranks
 from grpo_doctor.schema.run_info import RunInfo, WatchHost
-from grpo_doctor.schema.safe_write import write_file
 from grpo_doctor.schema.watch_files import HangReport
 from grpo_doctor.supervisor.alert_payload import finding_from_hang, finding_from_seed_collision
 from grpo_doctor.supervisor.alerts import Alerter, AlertSettings
@@ -227,8 +226,8 @@ class Watch:
         for line in lines:
             self.console.note(line)
         if data is not None:
-            self.files.write(self.watch_files.memory_plan.name, lambda: write_file(
-                self.watch_files.memory_plan, json.dumps(data, indent=2) + "\n"))
+            self.files.write(self.watch_files.memory_plan.name, lambda: self.watch_files.memory_plan.write_text(
+                json.dumps(data, indent=2) + "\n", encoding="utf-8"))
 
     def _internal_error(self, exc: Exception) -> None:
         # Never raises: an error while reporting an error (a full disk) must not reach the loop's
@@ -388,7 +387,8 @@ class Watch:
             self.fleet.applied(verdict_id)
         if report.fleet is None or report.fleet.action != "kill":
             return False
-        if deciding:  # once the others read it: a node whose ranks die first would end on its own
+        if deciding:  # its own processes once the others read it: a node whose ranks die first ends on its own
+            self._end_job("ending the job (--on-hang kill; each node's watch ends its own processes)", tree=False)
             self._kill_after = (verdict_id, now + FLEET_ACK_WAIT_S)
             return self._kill_when_read(self.fleet.view(), now)
         return self._end_job(f"ending the job (--on-hang kill of {report.fleet.decider}'s watch; each node's watch "
@@ -400,7 +400,8 @@ class Watch:
         if unread and now < deadline:
             return False
         self._kill_after = None
-        return self._end_job("ending the job (--on-hang kill; each node's watch ends its own processes)")
+        self.tree.end(self.opts.grace_s)
+        return True
 
     def _alone(self, report: HangReport) -> bool:
         """This node judged alone (today's behaviour): the report is printed, alerted and kept."""
@@ -410,17 +411,19 @@ class Watch:
         self.alerter.send("hang", finding_from_hang(report, hang_file))  # in the background: never a delay
         return self.opts.on_hang == "kill" and self._end_job("ending the job (--on-hang kill)")
 
-    def _end_job(self, line: str) -> bool:
+    def _end_job(self, line: str, *, tree: bool = True) -> bool:
+        """Says so and ends this node's process tree (`tree`; the decider of a fleet a moment later)."""
         self.console.note(line)
         self.live_scan.end_of_job()  # its tracebacks now are our doing: not evidence
         self.console.fold_child_output()  # nor shown: torchrun's SignalException traceback would bury the verdict
-        self.tree.end(self.opts.grace_s)
+        if tree:
+            self.tree.end(self.opts.grace_s)
         return True
 
     def _keep(self, report: HangReport) -> Path:
         self.hangs.append(report)
         hang_file = self.watch_files.hang_report(len(self.hangs))
-        self.files.write(hang_file.name, lambda: write_file(hang_file, json.dumps(report.to_dict(), indent=2, default=str)))
+        self.files.write(hang_file.name, lambda: hang_file.write_text(json.dumps(report.to_dict(), indent=2, default=str)))
         return hang_file
 
     def _investigate(self, fleet_look: str | None = None) -> HangReport:
@@ -562,7 +565,7 @@ class Watch:
             num_hangs=len(self.hangs), signatures=self.live_scan.counts, bad_event_lines=self.tracker.num_bad_lines,
             live_scan_complete=self.live_scan.complete, live_scan_skipped_bytes=self.live_scan.skipped_bytes)
         summary_file = self.watch_files.summary_json
-        self.files.write(summary_file.name, lambda: write_file(summary_file, json.dumps(summary.to_dict(), indent=2)))
+        self.files.write(summary_file.name, lambda: summary_file.write_text(json.dumps(summary.to_dict(), indent=2)))
         for line in summary_lines(summary):
             self.console.note(line)
         self.console.note(f"run directory: {self.paths.root}")

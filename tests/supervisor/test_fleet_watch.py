@@ -80,8 +80,10 @@ def run_job(cluster: NetnsCluster, tmp_path: Path, run_dirs: list[Path], *, npro
 
 
 def verdict_lines(stderr: str) -> list[str]:
-    """The fleet's verdict as one watch printed it, without its node prefix."""
-    lines = [re.sub(r"^grpo-doctor \[node \d+/\d+\]: ", "", ln) for ln in stderr.splitlines()]
+    """The fleet's verdict as one watch printed it, without its node prefix (the job's own lines, which
+    may come in between, left out)."""
+    prefix = re.compile(r"^grpo-doctor \[node \d+/\d+\]: ")
+    lines = [prefix.sub("", ln) for ln in stderr.splitlines() if prefix.match(ln)]
     start = next(i for i, ln in enumerate(lines) if ln.startswith("hang on "))
     end = next(i for i in range(start + 1, len(lines)) if not lines[i].startswith("  "))
     return lines[start:end]
