@@ -35,6 +35,7 @@ from grpo_doctor.plan.commands import PLAN_ENV
 from grpo_doctor.schema import RunPaths
 from grpo_doctor.schema.ranks import format_ranks
 from grpo_doctor.schema.run_info import RunInfo, WatchHost
+from grpo_doctor.schema.safe_write import write_file
 from grpo_doctor.schema.watch_files import HangReport
 from grpo_doctor.supervisor.alert_payload import finding_from_hang, finding_from_seed_collision
 from grpo_doctor.supervisor.alerts import Alerter, AlertSettings
@@ -226,8 +227,8 @@ class Watch:
         for line in lines:
             self.console.note(line)
         if data is not None:
-            self.files.write(self.watch_files.memory_plan.name, lambda: self.watch_files.memory_plan.write_text(
-                json.dumps(data, indent=2) + "\n", encoding="utf-8"))
+            self.files.write(self.watch_files.memory_plan.name, lambda: write_file(
+                self.watch_files.memory_plan, json.dumps(data, indent=2) + "\n"))
 
     def _internal_error(self, exc: Exception) -> None:
         # Never raises: an error while reporting an error (a full disk) must not reach the loop's
@@ -423,7 +424,7 @@ class Watch:
     def _keep(self, report: HangReport) -> Path:
         self.hangs.append(report)
         hang_file = self.watch_files.hang_report(len(self.hangs))
-        self.files.write(hang_file.name, lambda: hang_file.write_text(json.dumps(report.to_dict(), indent=2, default=str)))
+        self.files.write(hang_file.name, lambda: write_file(hang_file, json.dumps(report.to_dict(), indent=2, default=str)))
         return hang_file
 
     def _investigate(self, fleet_look: str | None = None) -> HangReport:
@@ -565,7 +566,7 @@ class Watch:
             num_hangs=len(self.hangs), signatures=self.live_scan.counts, bad_event_lines=self.tracker.num_bad_lines,
             live_scan_complete=self.live_scan.complete, live_scan_skipped_bytes=self.live_scan.skipped_bytes)
         summary_file = self.watch_files.summary_json
-        self.files.write(summary_file.name, lambda: summary_file.write_text(json.dumps(summary.to_dict(), indent=2)))
+        self.files.write(summary_file.name, lambda: write_file(summary_file, json.dumps(summary.to_dict(), indent=2)))
         for line in summary_lines(summary):
             self.console.note(line)
         self.console.note(f"run directory: {self.paths.root}")
