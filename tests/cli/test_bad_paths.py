@@ -110,6 +110,30 @@ def test_report_rules_config_that_is_a_device_or_fifo_is_one_line(tmp_path, kind
     assert str(special) in line and ("character device" in line or "FIFO" in line), line
 
 
+def test_watch_and_probe_files_that_are_devices_or_fifos_are_one_warning_each(tmp_path):
+    """A run directory's own files, as the report reads them whole: never waited on, never read endlessly."""
+    from grpo_doctor.schema import PhaseBegin, RunPaths, Step
+
+    run = tmp_path / "run"
+    paths = RunPaths(run)
+    paths.ranks.mkdir(parents=True)
+    common = dict(rank=0, host="node-0", pid=100, t=11.0, mono=11.0)
+    paths.rank_file(0).write_text(json.dumps(PhaseBegin(**common, step=0, phase="rollout", path="rollout").to_dict())
+                                  + "\n" + json.dumps(Step(**common, step=0, metrics={"loss": 0.5}).to_dict()) + "\n")
+    host_dir = paths.supervisor_host("node-0")
+    host_dir.mkdir(parents=True)
+    os.mkfifo(host_dir / "summary.json")
+    hang = _device(host_dir, "hang-1.json", "zero")
+    paths.probe.mkdir()
+    os.mkfifo(paths.probe_node_file(0, "node-0"))
+    out = _child("report", str(run), "--out", str(tmp_path / "out"), "--json", timeout_s=90)
+    assert out.returncode in (0, 1, 3) and "Traceback" not in out.stderr, out.stderr[-3000:]
+    warnings = json.loads(out.stdout)["warnings"]
+    for name, kind in (("summary.json", "FIFO"), ("hang-1.json", "character device"), ("node-000-node-0.json", "FIFO")):
+        assert sum(name in w and kind in w for w in warnings) == 1, (name, warnings)
+    assert _is_device(hang)
+
+
 # -- item 2: writing onto a device, a FIFO, a symlink -------------------------------------------------
 
 
