@@ -7,7 +7,8 @@ rename turns /dev/full into a regular file and replaces a symlink (issue 22).
 
 What may stay direct, and why:
 - streams: files appended to while a job runs (watch's logs and samples, the alerts log, the rank
-  sink), lock files, py-spy's output, /proc of a process watch follows;
+  sink), lock files, py-spy's output;
+- the kernel's own files: /proc of a process watch follows, the cgroup memory limits a rank reads;
 - the windowed rank-file reader (runlog/), which has its own non-blocking opener;
 - the package's own data (plan/flag_names) and the demo's own files.
 """
@@ -23,7 +24,7 @@ ALLOWED = {
     "schema/safe_read.py": {"os.open"},  # the opener
     "schema/safe_write.py": {"os.open", "open", "os.replace", "mkstemp"},  # the writer; open: /proc/self/status
     "runlog/": {"os.open", "open", ".open", "read_bytes", "read_text"},  # the windowed rank-file reader
-    "rank/": {"os.open", "open", ".open"},  # the sink appends each rank's records
+    "rank/": {"os.open", "open", ".open", "read_text"},  # the sink appends each rank's records; /proc, cgroup limits
     "supervisor/output.py": {"os.open", "open", ".open"},  # the job's output, appended
     "supervisor/alerts.py": {".open"},  # alerts.log, appended
     "supervisor/live_scan.py": {".open"},  # signatures.jsonl, appended
