@@ -68,6 +68,8 @@ def test_the_first_remedy_names_the_reward_function_and_a_timeout_and_nothing_of
     findings = json.loads((run["run_dir"] / "findings.json").read_text())["findings"]
     hang = findings[0]
     assert hang["id"] == "hang" and hang["ranks"] == [1], [f["title"] for f in findings]
+    (hang_file,) = (run["run_dir"] / "supervisor").glob("*/hang-1.json")
+    assert hang["evidence"]["odd_ranks"] == json.loads(hang_file.read_text())["odd_ranks"] == [1]  # one story
     first = hang["hints"][0].lower()
     assert "timeout" in first and "reward" in first, hang["hints"]
     every_hint = " ".join(h for f in findings for h in f["hints"]).lower()

@@ -8,8 +8,9 @@ raised, every rank stood still for `min_idle_s` until the job was stopped from o
 limit, Ctrl-C), and this rank was still in a phase that every other rank had completed in that step.
 
 Evidence keys: `source` ("watch" or "event-log"), `culprits` (ranks the others wait for),
-`open_phases` ({rank: open phase path}), `steps` ({rank: last step}), `max_idle_s` (longest time
-without progress). From watch also: `host`, `hang_file`, `odd_ranks` (ranks waiting in a different
+`open_phases` ({rank: open phase path}), `steps` ({rank: the step it stopped in}), `max_idle_s` (longest time
+without progress). From watch also: `host`, `hang_file`, `odd_ranks` (ranks outside the largest group
+of identical stacks, as hang-N.json says; with no culprit named, those waiting in a different
 collective from the others: a desync), `stuck_ranks` / `moving_ranks` (second look), `stack_groups`
 (one line per group of identical stacks), `culprit_stacks` ({rank: ["function (file:line)", ...]}
 innermost first, grpo-doctor's own threads left out), `culprit_code` ({rank: {"in_user_code",
@@ -194,7 +195,7 @@ def _from_watch(run: Evidence) -> Iterator[Finding]:
             id=ID, severity="critical", title=title, ranks=tuple(named),
             hosts=named_hosts or ((host,) if host else ()), step=step, phase=phase,
             evidence={"source": "watch", "host": host, "hang_file": report.file, "culprits": culprits,
-                      "odd_ranks": odd, "stuck_ranks": stuck, "moving_ranks": moving,
+                      "odd_ranks": odd or list(report.odd_ranks), "stuck_ranks": stuck, "moving_ranks": moving,
                       "open_phases": {r: info.open_phase for r, info in sorted(ranks_info.items())},
                       "steps": {r: info.step for r, info in sorted(ranks_info.items())},
                       "max_idle_s": max(idle) if idle else None, "stack_groups": list(report.groups),
