@@ -4,8 +4,9 @@ A spec is `NAME[:key=value[,key=value...]]`; `parse_fault` turns one into a `Fau
 rejects anything else with a one-line message listing every valid name and key. At run time
 an `Injector` holds this rank's faults; the training loop asks it for the sampling seed and
 the reward override, and calls `at(phase, step)` right after entering every phase, where
-hangs, stragglers, OOMs, crashes and desyncs happen for real (no fake records: the trainer
-really blocks, allocates, dies or calls a collective the other ranks never call).
+hangs, stragglers, OOMs, crashes, desyncs and leaks happen for real (no fake records: the trainer
+really blocks, allocates, dies, calls a collective the other ranks never call or keeps
+tensors alive from step to step).
 
 Typical use:
     faults = [parse_fault("hang:rank=1,phase=forward,step=2")]
@@ -35,6 +36,7 @@ FAULT_KEYS: dict[str, dict[str, object]] = {
     "oom": {"rank": _REQUIRED, "step": _REQUIRED, "phase": "forward"},
     "crash": {"rank": _REQUIRED, "step": _REQUIRED, "how": "exception", "phase": "forward"},
     "nan-loss": {"step": _REQUIRED, "rank": None},
+    "leak": {"rank": _REQUIRED, "mb_per_step": 64.0},
 }
 
 # Room left under RLIMIT_AS for a host "OOM"; the allocation asks for several times more.
@@ -54,6 +56,7 @@ class Fault:
     value: float | None = None
     delay_s: float | None = None
     how: str | None = None
+    mb_per_step: float | None = None  # leak: MiB kept alive per step
 
     def applies(self, rank: int, step: int | None = None, phase: str | None = None) -> bool:
         return (
@@ -110,13 +113,14 @@ def _convert(spec: str, key: str, text: str) -> object:
             if number < 0:
                 raise ValueError
             return number
-        if key in ("value", "delay_s"):
+        if key in ("value", "delay_s", "mb_per_step"):
             number = float(text)
-            if key == "delay_s" and number < 0:
+            if (key == "delay_s" and number < 0) or (key == "mb_per_step" and not number > 0):
                 raise ValueError
             return number
     except ValueError:
-        kind = "a whole number >= 0" if key in ("rank", "step") else "a number"
+        kind = ("a whole number >= 0" if key in ("rank", "step") else "a number > 0" if key == "mb_per_step"
+                else "a number")
         raise ValueError(f"--inject {spec!r}: {key}={text!r} is not {kind}") from None
     choices = PHASES if key == "phase" else CRASH_HOWS
     if text not in choices:
@@ -145,6 +149,7 @@ class Injector:
         self.faults = tuple(f for f in faults if f.rank is None or f.rank == rank)
         self.rank = rank
         self.device = device
+        self.leaked: list = []  # what the leak fault keeps alive, one tensor a step
 
     def _find(self, name: str, step: int | None = None, phase: str | None = None) -> Fault | None:
         for f in self.faults:
@@ -170,6 +175,9 @@ class Injector:
             time.sleep(slow.delay_s)
         if phase == "rollout" and any(f.name == "desync" and f.step <= step for f in self.faults):
             self._desync()
+        leak = self._find("leak") if phase == "rollout" else None
+        if leak:
+            self._leak(leak.mb_per_step)
         if self._find("hang", step, phase):
             _block_forever()
         if self._find("oom", step, phase):
@@ -188,6 +196,13 @@ class Injector:
 
         prompts = [None]
         dist.broadcast_object_list(prompts, src=0)
+
+    def _leak(self, mb_per_step: float) -> None:
+        # What a training loop that keeps per-step tensors (rollouts, logits kept for logging) does: the
+        # memory is written, so it is resident (host RSS on CPU, allocated memory on a GPU), and never freed.
+        import torch
+
+        self.leaked.append(torch.ones(int(mb_per_step * 2**20), dtype=torch.uint8, device=self.device))
 
     def _out_of_memory(self) -> None:
         if self.device.type == "cuda":

@@ -16,6 +16,9 @@ that can explain it):
   peers (a throttled GPU explains its rank's straggling). An Xid that is the application's own fault
   (13, 31, 43) or a follow-up (45) is no machine fault and explains nothing.
 - rendezvous-failure: the job never formed; later collective timeouts, NCCL errors and crashes follow.
+- memory-growth (critical: the projected OOM was near): the memory that grew ran out; the same rank's
+  cuda-oom (GPU memory) or host-oom (host memory), its crash on a failed allocation or a SIGKILL, and,
+  once one of those happened, the others' timeouts and lost peers.
 - cuda-oom, host-oom: the rank that ran out of memory died; the others' NCCL errors, timeouts, peer-lost
   crashes and the dead rank's own crash record are the same event.
 - collective-mismatch, hang: the culprit rank was elsewhere; those waiting in the collective timed out.
@@ -42,7 +45,7 @@ from grpo_doctor.analysis.findings import SEVERITIES, Finding, sort_findings
 from grpo_doctor.schema.ranks import format_ranks
 
 # Root kinds in the order they are tried: the most fundamental cause first.
-ROOT_ORDER = ("gpu-fault", "rendezvous-failure", "cuda-oom", "host-oom", "collective-mismatch", "hang", "rank-crash",
+ROOT_ORDER = ("gpu-fault", "rendezvous-failure", "memory-growth", "cuda-oom", "host-oom", "collective-mismatch", "hang", "rank-crash",
               "nccl-error", "seed-collision", "constant-reward")
 # Words of an exception raised in a rank because a collective or a peer failed, not by the rank itself.
 WAITED_WORDS = ("timed out", "timeout", "connection closed by peer", "connection reset by peer", "broken pipe",
@@ -52,6 +55,9 @@ WAITED_WORDS = ("timed out", "timeout", "connection closed by peer", "connection
 ABORT_SIGNALS = ("SIGABRT", "SIGTERM", "SIGINT", "SIGHUP")
 ABORT_EXITCODES = (-6, 134, -15, 143)
 ROLLOUT_EFFECTS = ("zero-std-groups", "dead-step", "zero-kl", "constant-reward")
+# Words of a failed allocation in a crash's exception (torch's CPU and CUDA allocators, Python, C++).
+ALLOCATION_WORDS = ("out of memory", "can't allocate memory", "cannot allocate memory", "memoryerror",
+                    "outofmemoryerror", "bad_alloc")
 
 
 def link_incidents(findings: list[Finding]) -> list[Finding]:
@@ -94,6 +100,7 @@ def _because(root: Finding) -> str:
         "rank-crash": f"{who or 'a process'} failed first",
         "cuda-oom": f"{who or 'a process'} ran out of GPU memory",
         "host-oom": f"{who or 'a process'} ran out of host memory",
+        "memory-growth": f"the memory of {who or 'a process'} grew until it ran out",
         "rendezvous-failure": "the job's rendezvous failed",
         "gpu-fault": _gpu_fault_phrase(root),
         "nccl-error": "NCCL failed" + (f" on {who}" if who else ""),
@@ -194,6 +201,30 @@ def _memory_effects(root: Finding, other: Finding, findings: list[Finding]) -> b
     return _collective_effects(root, other, findings)
 
 
+def _growth_effects(root: Finding, other: Finding, findings: list[Finding]) -> bool:
+    """Memory that grew toward its capacity (critical: near) and then ran out: the OOM of that memory on the
+    same rank (host), the rank's crash on a failed allocation, and what its leaving did to the others."""
+    if root.severity != "critical":
+        return False
+    if other.id in ("cuda-oom", "host-oom"):
+        return _ran_out(root, other)
+    if other.id == "rank-crash" and _ran_out(root, other):
+        return True
+    return any(_ran_out(root, g) for g in findings) and _collective_effects(root, other, findings)
+
+
+def _ran_out(root: Finding, other: Finding) -> bool:
+    same = bool(set(other.ranks) & set(root.ranks)) or (not other.ranks and bool(set(other.hosts) & set(root.hosts)))
+    if not same:
+        return False
+    if other.id in ("cuda-oom", "host-oom"):
+        return (root.evidence.get("memory") == "gpu") == (other.id == "cuda-oom")
+    if other.id == "rank-crash":
+        text = " ".join(str(other.evidence.get(k) or "") for k in ("exc_type", "message")).lower()
+        return any(w in text for w in ALLOCATION_WORDS) or other.evidence.get("signal") == "SIGKILL"
+    return False
+
+
 def _hang_effects(root: Finding, other: Finding, findings: list[Finding]) -> bool:
     if other.id == "hang":  # the ranks hung because they waited in mismatched collectives, or for the culprit
         return root.id == "collective-mismatch" or (
@@ -221,6 +252,7 @@ def _rollout_effects(root: Finding, other: Finding, findings: list[Finding]) -> 
 _EXPLAINS: dict[str, Callable[[Finding, Finding, list[Finding]], bool]] = {
     "gpu-fault": _gpu_fault_effects,
     "rendezvous-failure": _rendezvous_effects,
+    "memory-growth": _growth_effects,
     "cuda-oom": _memory_effects,
     "host-oom": _memory_effects,
     "collective-mismatch": _hang_effects,

@@ -16,7 +16,8 @@ Tables (pandas, only inside analysis/ and report/):
   signature_rows (dicts, not a table: rules walk them): kind, rank, host, source, line_number, text,
               fields (the kind's dict, see logs.kinds), repeats aggregated (signature_rows.py)
   memory:     rank, host, step, t, tag, host_rss_bytes, device, allocated_bytes, reserved_bytes,
-              peak_allocated_bytes, inactive_split_bytes, free_bytes, total_bytes
+              peak_allocated_bytes, inactive_split_bytes, free_bytes, total_bytes, num_alloc_retries,
+              host_vms_bytes
   samples:    watch's samples.jsonl: host, kind ("gpu" | "proc"), t, and the sample's fields
   rollouts, rng, completions: rollout_tables.py (hashes stay in `rollout_records`)
 Framework metrics (metric_files.py: TRL's trainer_state.json, ms-swift's logging.jsonl, verl's file
@@ -77,7 +78,8 @@ PHASE_COLUMNS = ["rank", "host", "step", "phase", "path", "begin_t", "end_t", "d
 STEP_COLUMNS = ["rank", "host", "step", "t", "source"]
 ERROR_COLUMNS = ["rank", "host", "step", "t", "exc_type", "message", "phase", "path"]
 MEMORY_COLUMNS = ["rank", "host", "step", "t", "tag", "host_rss_bytes", "device", "allocated_bytes", "reserved_bytes",
-                  "peak_allocated_bytes", "inactive_split_bytes", "free_bytes", "total_bytes"]
+                  "peak_allocated_bytes", "inactive_split_bytes", "free_bytes", "total_bytes", "num_alloc_retries",
+                  "host_vms_bytes"]
 SAMPLE_COLUMNS = ["host", "kind", "t"]
 # watch samples every few seconds: a week of a 64-GPU node is a few million rows; past this, rows are dropped.
 MAX_SAMPLE_ROWS = 2_000_000

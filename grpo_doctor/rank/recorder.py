@@ -23,7 +23,7 @@ from grpo_doctor.host.environment import collect_launch_settings, collect_versio
 from grpo_doctor.host.nvml import Nvml
 from grpo_doctor.rank import memory_history
 from grpo_doctor.rank.identity import RankIdentity
-from grpo_doctor.rank.memory import take_memory_snapshot
+from grpo_doctor.rank.memory import memory_capacities, take_memory_snapshot
 from grpo_doctor.rank.sink import JsonlSink
 from grpo_doctor.schema import (
     End,
@@ -217,6 +217,7 @@ class Recorder:
             launch={**collect_launch_settings(os.environ), **LAUNCH_EXTRAS},
             argv=list(sys.argv),
             attempt=i.attempt,
+            **memory_capacities(),
         )
 
 

@@ -68,7 +68,8 @@ from grpo_doctor.schema.field_checks import checker_of
 # Per rank file; the loader adds rank and host. Open phases (no end yet) come last, end_t None.
 PHASE_FIELDS = ("step", "phase", "path", "begin_t", "end_t", "duration_s", "error")
 MEMORY_FIELDS = ("step", "t", "tag", "host_rss_bytes", "device", "allocated_bytes", "reserved_bytes",
-                 "peak_allocated_bytes", "inactive_split_bytes", "free_bytes", "total_bytes")
+                 "peak_allocated_bytes", "inactive_split_bytes", "free_bytes", "total_bytes", "num_alloc_retries",
+                 "host_vms_bytes")
 TABLED_TYPES = (PhaseBegin, PhaseEnd, Memory)
 
 

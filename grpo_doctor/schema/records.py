@@ -94,6 +94,12 @@ class Header(Record):
     argv: list[str]
     attempt: int = 0  # TORCHELASTIC_RESTART_COUNT
     schema_version: int = SCHEMA_VERSION
+    # The memory this process may use, as it stood when the rank started (None: unknown or unlimited):
+    # the machine's physical RAM, its memory cgroup's limit (memory.max, the tightest up the cgroup tree)
+    # and its address-space limit (RLIMIT_AS, `ulimit -v`). Absent from headers of earlier versions.
+    ram_bytes: int | None = None
+    cgroup_memory_max_bytes: int | None = None
+    rlimit_as_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -143,6 +149,7 @@ class Memory(Record):
     total_bytes: int | None = None
     # Every process NVML sees on this rank's GPU: [{"pid": int, "used_bytes": int | None}]
     gpu_processes: list[dict[str, int | None]] | None = None
+    host_vms_bytes: int | None = None  # the process's virtual size (what RLIMIT_AS caps); absent before
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from grpo_doctor.analysis.rules import (
     hang,
     host_oom,
     length_collapse,
+    memory_growth,
     nan_loss,
     nccl_error,
     nccl_ras,
@@ -44,6 +45,7 @@ from grpo_doctor.analysis.rules import (
 
 RULES: list[ModuleType] = [hang, rank_crash, cuda_oom, nccl_timeout, config_mismatch, version_mismatch, straggler,
                            nccl_error, rendezvous_failure, host_oom, vllm_memory, collective_mismatch,
+                           memory_growth,  # memory creeping toward an OOM, with its projection (issue 25)
                            gpu_fault,  # machine faults: Xid events, ECC, NVLink (issue 24)
                            nccl_ras,  # NCCL's RAS report: the lost ranks' node, GPU, pid (issue 24)
                            # degenerate rollouts (issue 5)
