@@ -123,9 +123,12 @@ def fit_growth(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.ndarray,
 
 
 def _fit(wx: np.ndarray, wy: np.ndarray, cfg: TrendConfig) -> Growth | None:
-    blocks = np.array_split(wy, min(cfg.num_blocks, wy.size))
-    changes = np.diff([float(np.median(b)) for b in blocks])
-    rising = float((changes > 0).mean())
+    if np.ptp(wy) < 0.5 * cfg.min_growth_bytes:  # cheap: nothing that grew enough can be this flat
+        return None
+    num_blocks = min(cfg.num_blocks, wy.size)
+    size = wy.size // num_blocks  # equal blocks ending at the last point (the oldest remainder left out)
+    medians = np.median(wy[wy.size - num_blocks * size:].reshape(num_blocks, size), axis=1)
+    rising = float((np.diff(medians) > 0).mean())
     if rising < cfg.min_rising_frac:
         return None
     slope, intercept = theil_sen(wx, wy)

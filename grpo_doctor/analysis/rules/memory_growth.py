@@ -122,50 +122,48 @@ class Config:
 
 
 def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
-    steps = _per_step(run.memory)
-    gpu_hosts: set[str] = set()
-    host_hosts: set[str] = set()
+    steps, hosts = _per_step(run)
+    gpu_hosts = {hosts[r] for r, frame in steps.items() if frame["card_used"].notna().any()}
+    host_hosts = {hosts[r] for r, frame in steps.items() if frame["host_rss_bytes"].notna().any()}
     for rank, frame in sorted(steps.items()):
-        if frame["card_used"].notna().sum():
-            gpu_hosts.add(_host_of(run, rank, frame))
-        if frame["host_rss_bytes"].notna().sum():
-            host_hosts.add(_host_of(run, rank, frame))
-        yield from _gpu_from_records(run, rank, frame, cfg)
-    yield from _host_from_records(run, steps, cfg)
+        yield from _gpu_from_records(rank, hosts[rank], frame, cfg)
+    yield from _host_from_records(run, steps, hosts, cfg)
     yield from _from_samples(run, gpu_hosts, host_hosts, cfg)
 
 
 # --- the ranks' memory records
 
+_NUMBERS = ("t", "host_rss_bytes", "host_vms_bytes", "allocated_bytes", "reserved_bytes", "free_bytes", "total_bytes",
+            "num_alloc_retries", "device")
 
-def _per_step(memory: pd.DataFrame) -> dict[int, pd.DataFrame]:
-    """rank -> one row per step: the largest of each figure among the step's snapshots (its peak)."""
+
+def _per_step(run: Evidence) -> tuple[dict[int, pd.DataFrame], dict[int, str | None]]:
+    """rank -> one row per step: the largest of each figure among the step's snapshots (its peak); and
+    rank -> its host."""
+    memory = run.memory
     if memory.empty or "step" not in memory:
-        return {}
-    frame = memory[memory["step"].notna()].copy()
+        return {}, {}
+    frame = memory[memory["step"].notna()]
     if frame.empty:
-        return {}
-    for name in ("host_rss_bytes", "host_vms_bytes", "allocated_bytes", "reserved_bytes", "free_bytes",
-                 "total_bytes", "num_alloc_retries", "device", "t"):
-        frame[name] = pd.to_numeric(frame[name], errors="coerce") if name in frame else np.nan
+        return {}, {}
+    frame = pd.DataFrame({"rank": frame["rank"].astype(int), "step": frame["step"],
+                          **{name: pd.to_numeric(frame[name], errors="coerce") if name in frame else np.nan
+                             for name in _NUMBERS}})
     frame["card_used"] = frame["total_bytes"] - frame["free_bytes"]
     frame["others"] = frame["card_used"] - frame["reserved_bytes"]
-    numbers = ["t", "host_rss_bytes", "host_vms_bytes", "allocated_bytes", "reserved_bytes", "total_bytes",
-               "num_alloc_retries", "device", "card_used", "others"]
+    per = frame.groupby(["rank", "step"], sort=True).max()
+    ranks = per.index.get_level_values(0).to_numpy()
+    bounds = np.flatnonzero(np.diff(ranks)) + 1
     out = {}
-    for rank, group in frame.groupby("rank", sort=True):
-        per = group.groupby("step", sort=True)[numbers].max()
-        per["host"] = group.groupby("step", sort=True)["host"].last()
-        out[int(rank)] = per
-    return out
+    for start, end in zip(np.r_[0, bounds], np.r_[bounds, len(ranks)], strict=True):
+        part = per.iloc[start:end]
+        out[int(ranks[start])] = part.set_axis(part.index.get_level_values(1))
+    last_host = memory.dropna(subset=["host"]).groupby("rank")["host"].last() if "host" in memory else {}
+    hosts = {r: run.host_of(r) or (str(last_host[r]) if r in last_host else None) for r in out}
+    return out, hosts
 
 
-def _host_of(run: Evidence, rank: int, frame: pd.DataFrame) -> str | None:
-    hosts = frame["host"].dropna()
-    return run.host_of(rank) or (str(hosts.iloc[-1]) if len(hosts) else None)
-
-
-def _gpu_from_records(run: Evidence, rank: int, frame: pd.DataFrame, cfg: Config) -> Iterator[Finding]:
+def _gpu_from_records(rank: int, host: str | None, frame: pd.DataFrame, cfg: Config) -> Iterator[Finding]:
     trend = cfg.trend()
     steps, times = frame.index.to_numpy(dtype=float), frame["t"].to_numpy(dtype=float)
     used = frame["card_used"].to_numpy(dtype=float)
@@ -175,7 +173,6 @@ def _gpu_from_records(run: Evidence, rank: int, frame: pd.DataFrame, cfg: Config
         found = memory_growth_check(used, float(total.median()) if len(total) else None, steps=steps,
                                     times_s=times, config=trend, what="GPU memory")
     retries = _climbing_retries(frame, cfg)
-    host = _host_of(run, rank, frame)
     device = frame["device"].dropna()
     gpu = int(device.iloc[-1]) if len(device) else None
     if found is None:
@@ -229,6 +226,8 @@ def _gpu_hints(component: str, retries: bool) -> tuple[str, ...]:
 def _climbing_retries(frame: pd.DataFrame, cfg: Config) -> dict[str, Any] | None:
     """The allocator's retry count when it rose in most of the window's steps, else None."""
     trend = cfg.trend()
+    if not frame["num_alloc_retries"].max() > frame["num_alloc_retries"].min():
+        return None
     steps, counts = window(frame.index.to_numpy(dtype=float), frame["num_alloc_retries"].to_numpy(dtype=float), trend)
     if counts.size < trend.min_points:
         return None
@@ -239,7 +238,8 @@ def _climbing_retries(frame: pd.DataFrame, cfg: Config) -> dict[str, Any] | None
             "alloc_retry_window_steps": int(counts.size)}
 
 
-def _host_from_records(run: Evidence, steps: dict[int, pd.DataFrame], cfg: Config) -> Iterator[Finding]:
+def _host_from_records(run: Evidence, steps: dict[int, pd.DataFrame], hosts: dict[int, str | None],
+                       cfg: Config) -> Iterator[Finding]:
     """Per host: its ranks' RSS together against RAM / the cgroup limit, each rank's virtual size against its
     RLIMIT_AS; the capacity met first is reported."""
     trend = cfg.trend()
@@ -247,7 +247,7 @@ def _host_from_records(run: Evidence, steps: dict[int, pd.DataFrame], cfg: Confi
     by_host: dict[str | None, list[int]] = {}
     for rank, frame in steps.items():
         if frame["host_rss_bytes"].notna().any() or frame["host_vms_bytes"].notna().any():
-            by_host.setdefault(_host_of(run, rank, frame), []).append(rank)
+            by_host.setdefault(hosts[rank], []).append(rank)
     for host, ranks in sorted(by_host.items(), key=lambda item: (item[0] is None, item[0] or "")):
         candidates = []
         rss = pd.concat([steps[r]["host_rss_bytes"].rename(r) for r in ranks], axis=1, join="inner").dropna()
