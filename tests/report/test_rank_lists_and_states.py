@@ -14,7 +14,7 @@ from grpo_doctor.report.render import render_html
 from grpo_doctor.report.sections import rank_rows
 from grpo_doctor.runlog.eventlog import load_run
 from grpo_doctor.runlog.parallel_read import read_run
-from grpo_doctor.runlog.rank_states import rank_states
+from grpo_doctor.runlog.rank_states import RankState, rank_states
 from grpo_doctor.schema.watch_files import WatchedRank, WatchSummary
 from grpo_doctor.supervisor.summary import summary_lines
 
@@ -38,19 +38,28 @@ def test_a_hung_and_a_crashed_rank_are_described_alike_by_summary_report_and_wat
     run = write_hang_run(tmp_path)
     states = rank_states(load_run([run]))
     assert [s.line() for s in states] == [
-        "rank 0: exception; last phase -, step 9; RuntimeError in reward",  # reward had ended: the error ended it
-        "rank 1: no end record; last phase rollout, step 9",
+        # Ten steps (0-9) done, both stopped in step 10: the step the verdict names too.
+        "rank 0: exception; last phase -, step 10; RuntimeError in reward",  # reward had ended: the error ended it
+        "rank 1: no end record; last phase rollout, step 10",
     ]
     # grpo-doctor summary
     rows = summarise(read_run([run]), now=0.0)
-    assert [(r["state"], r["open_phase"], r["last_step"], r["error"]) for r in rows] == [
-        ("exception", None, 9, "RuntimeError in reward"), ("no end record", "rollout", 9, None)]
+    assert [(r["state"], r["open_phase"], r["step"], r["last_step"], r["error"]) for r in rows] == [
+        ("exception", None, 10, 9, "RuntimeError in reward"), ("no end record", "rollout", 10, 9, None)]
     # the report's Ranks table
     table = rank_rows(load_evidence([run]))
     assert [(r["end"], r["open_path"], r["last_step"], r["odd"]) for r in table] == [
-        ("exception", "", 9, True), ("no end record", "rollout", 9, True)]
+        ("exception", "", 10, True), ("no end record", "rollout", 10, True)]
     assert table[0]["error"].startswith("RuntimeError in reward: [../third_party/gloo")
     # watch's last lines, from what the supervisor saw of the same ranks
     watched = WatchSummary(host="node-0", command_result="exit status 1", ranks={
-        s.rank: WatchedRank(step=s.last_step, open_phase=s.open_phase, ended=s.ended, error=s.error) for s in states})
+        s.rank: WatchedRank(step=s.step, open_phase=s.open_phase, ended=s.ended, error=s.error) for s in states})
     assert [line.strip() for line in summary_lines(watched)[1:3]] == [s.line() for s in states]
+
+
+def test_a_rank_that_ended_cleanly_shows_the_last_step_it_finished_not_the_next():
+    # 8 steps (1-8, as TRL counts them): the end record carries step 9, the step that never began.
+    clean = RankState(rank=0, last_step=8, step=9, ended="exit")
+    stopped = RankState(rank=1, last_step=2, step=3, ended="signal", signal="SIGTERM", open_phase="reward")
+    assert clean.shown_step == 8 and stopped.shown_step == 3
+    assert "step 3" in stopped.line() and "step" not in RankState(rank=2, ended="signal").line()
