@@ -138,6 +138,7 @@ HANG_FIELDS: dict[str, Check] = {
     "stacks": by_rank(value=_thread),
     "actors": list_of(lambda a: type(a) is dict and type(a.get("pid")) is int),
     "fleet": _fleet,
+    "nccl_ras": lambda v: v is None or (type(v) is dict and type(v.get("raw", "")) is str),
 }
 
 
@@ -165,6 +166,9 @@ class HangReport:
     # Set on the verdict of several nodes' watches (supervisor/fleet.py): every rank of every node, each
     # with its `host`; `host` above is then the culprit's host. None: one node's watch judged alone.
     fleet: HangFleet | None = None
+    # What NCCL's RAS said at the hang (supervisor/nccl_ras_client.py's RasQuery.to_dict(): "via", "raw",
+    # "report", ...), where `ncclras` or its port answered; None on a gloo job or an NCCL before 2.24.
+    nccl_ras: dict[str, Any] | None = None
     file: str | None = None  # where it was read from; set by the reader, never written
 
     def to_dict(self) -> dict[str, Any]:
@@ -176,7 +180,8 @@ class HangReport:
             "flight_recorder_files": list(self.flight_recorder_files), "gpus": list(self.gpus),
             "stacks": str_keys({r: thread.to_dict() for r, thread in self.stacks.items()}),
         } | ({"actors": list(self.actors)} if self.actors else {}) | (
-            {"fleet": self.fleet.to_dict()} if self.fleet is not None else {})
+            {"fleet": self.fleet.to_dict()} if self.fleet is not None else {}) | (
+            {"nccl_ras": self.nccl_ras} if self.nccl_ras is not None else {})
 
     @classmethod
     def from_dict(cls, data: Any, file: str | None = None) -> HangReport:
@@ -193,6 +198,7 @@ class HangReport:
             stacks={r: ThreadStack.from_dict(t) for r, t in int_keys(data.get("stacks")).items() if t},
             actors=tuple(data.get("actors") or ()),
             fleet=HangFleet.from_dict(data["fleet"]) if data.get("fleet") is not None else None, file=file,
+            nccl_ras=data.get("nccl_ras"),
         )
 
     def ranks_with_verdict(self, verdict: str) -> tuple[int, ...]:

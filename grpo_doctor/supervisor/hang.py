@@ -16,6 +16,7 @@ Typical use:
 from __future__ import annotations
 
 import socket
+import threading
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -34,10 +35,31 @@ from grpo_doctor.schema import RunPaths
 from grpo_doctor.schema.run_paths import host_dir_name
 from grpo_doctor.schema.stacks import StackCapture
 from grpo_doctor.schema.watch_files import HangRank, HangReport, phase_words
+from grpo_doctor.logs.nccl_ras import parse as parse_ras
+from grpo_doctor.supervisor.nccl_ras_client import query_nccl_ras
 from grpo_doctor.supervisor.progress import ProgressTracker
 from grpo_doctor.supervisor.stacks import capture_stacks, ptrace_denied
 
 MAX_FR_FILES_LISTED = 64
+RAS_TIMEOUT_S = 8.0  # NCCL's RAS gathers from every process of the job; a hang report waits no longer
+
+
+class _Ras:
+    """`query_nccl_ras` in a thread of its own, started now and read once the looks are done."""
+
+    def __init__(self, timeout_s: float) -> None:
+        self._timeout_s = timeout_s
+        self._answer: dict[str, Any] | None = None
+        self._thread = threading.Thread(target=self._ask, name="grpo-doctor-nccl-ras", daemon=True)
+        self._thread.start()
+
+    def _ask(self) -> None:
+        query = query_nccl_ras(timeout_s=self._timeout_s)
+        self._answer = query.to_dict() if query is not None else None
+
+    def result(self) -> dict[str, Any] | None:
+        self._thread.join(timeout=self._timeout_s + 1.0)
+        return self._answer
 
 
 def hang_lines(report: HangReport) -> list[str]:
@@ -72,6 +94,8 @@ def hang_lines(report: HangReport) -> list[str]:
     for actor in report.actors:
         out.append(f"  Ray worker pid {actor.get('pid')} ({actor.get('role')}, no rank): {actor.get('verdict')}, "
                    f"{actor.get('where') or 'no stack'}")
+    if report.nccl_ras and isinstance(report.nccl_ras.get("raw"), str) and (ras := parse_ras(report.nccl_ras["raw"])):
+        out.append(f"  {ras.describe()}")
     if report.flight_recorder_files:
         out.append(f"  NCCL flight-recorder dumps: {len(report.flight_recorder_files)} file(s) in fr/")
     if fleet is not None:
@@ -124,6 +148,8 @@ def investigate(
     first_dir, second_dir = paths.hang_stacks(f"{time.strftime('%Y%m%d-%H%M%S')}-{host_dir_name(socket.gethostname())}")
     fr_dir = paths.flight_recorder
     targets = {**pids, **{-pid: pid for pid in actors if pid not in pids.values()}}
+    # NCCL's RAS is asked during the looks, off their path: bounded, None at once where nobody answers.
+    ras = _Ras(RAS_TIMEOUT_S)
     first = capture_stacks(targets, first_dir, native=native, timeout_s=stack_timeout_s)
     time.sleep(second_look_s)
     second = capture_stacks(targets, second_dir, native=native, timeout_s=stack_timeout_s)
@@ -166,4 +192,5 @@ def investigate(
         gpus=tuple(gpus or ()),
         stacks={c.rank: main for c in second if c.rank >= 0 and c.ok and (main := c.main_thread()) is not None},
         actors=actor_rows,
+        nccl_ras=ras.result(),
     )

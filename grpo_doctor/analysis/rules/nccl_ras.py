@@ -1,6 +1,7 @@
 """`nccl-ras`: NCCL's own RAS report names the ranks and processes the job lost, with their node, GPU and pid.
 
-From nccl-ras signatures: the text `ncclras` prints (NCCL >= 2.24), pasted into a log given to the report
+From nccl-ras signatures: the text `ncclras` prints (NCCL >= 2.24), pasted into a log given to the report,
+or what watch asked RAS at a hang (hang-N.json `nccl_ras`, supervisor/hang.py)
 (logs/nccl_ras.py reads it; `ncclras -m`'s PEER_DEAD lines too). Every report of the inputs is combined
 into one finding. Critical when a report names a dead process (RAS could not reach it for 60 s), a job
 process or a communicator's rank that gave no data (INCOMPLETE: hung, stopped or gone), or a rank that
@@ -29,7 +30,7 @@ from typing import Any
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.logs.kinds import NCCL_RAS
-from grpo_doctor.logs.nccl_ras import RasCommunicator, RasRank, RasReport
+from grpo_doctor.logs.nccl_ras import RasCommunicator, RasRank, RasReport, parse
 
 ID = "nccl-ras"
 
@@ -56,9 +57,9 @@ class Config:
 
 def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
     rows = [row for row in run.signature_rows if row["kind"] == NCCL_RAS and isinstance(row.get("fields"), dict)]
-    if not rows:
+    reports = [RasReport.from_dict(row["fields"]) for row in rows] + _asked_by_watch(run)
+    if not reports:
         return
-    reports = [RasReport.from_dict(row["fields"]) for row in rows]
     world = run.run.world_size if run.run is not None else None
     pid_ranks = _ranks_by_pid(run)
     missing: dict[tuple, dict[str, Any]] = {}
@@ -120,6 +121,16 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
     yield Finding(id=ID, severity="critical" if critical else "warning",
                   title=_title(verdict, dead, lost, missing, errors, mismatch, cfg.title_listed),
                   ranks=ranks, hosts=hosts, evidence=evidence, hints=hints)
+
+
+def _asked_by_watch(run: Evidence) -> list[RasReport]:
+    """The reports watch got from NCCL's RAS while it investigated a hang (hang-N.json's `nccl_ras`)."""
+    out = []
+    for hang in run.hangs:
+        raw = (hang.nccl_ras or {}).get("raw")
+        if isinstance(raw, str) and (report := parse(raw)) is not None:
+            out.append(report)
+    return out
 
 
 def _title(verdict: str, dead: dict, lost: dict, missing: dict, errors: dict, mismatch: dict | None, n: int) -> str:
