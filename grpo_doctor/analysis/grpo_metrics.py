@@ -22,16 +22,22 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import PurePath
 
-import numpy as np
 import pandas as pd
 
 from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.analysis.metric_logs import SWIFT
 from grpo_doctor.analysis.metric_names import canonical_frame
 from grpo_doctor.analysis.rollout_tables import EVENT_LOG_SOURCE
+from grpo_doctor.checks import rollout_rules
+from grpo_doctor.checks.rollout_rules import unusual_gaps  # noqa: F401 - re-exported (report/plots.py)
 from grpo_doctor.schema import Rollout
+from grpo_doctor.schema.metric_vocab import (
+    event_log_reward_std,
+    is_swift_command,
+    launch_arg,
+    zero_std_is_batch_flag,
+)
 
 # Where a share of zero-std groups was read (ZeroStdShare.origin)
 LOGGED_SHARE = "frac_reward_zero_std"
@@ -47,8 +53,7 @@ def rank_metrics(ev: Evidence) -> pd.DataFrame:
     parts = []
     for source, rows in steps.groupby("source", sort=False):
         # metric_logs.py has already named a framework log's reward_std; the event log's is named here
-        group_mean = source == SWIFT or (source == EVENT_LOG_SOURCE and launched_by_swift(ev)
-                                         and _launch_arg(ev, "--scale_rewards") != "batch")
+        group_mean = source == SWIFT or (source == EVENT_LOG_SOURCE and event_log_reward_std(_argvs(ev)) == "group_mean")
         parts.append(canonical_frame(rows, reward_std_is="group_mean" if group_mean else "batch"))
     out = pd.concat(parts, ignore_index=True)
     return out[out["step"].notna()].astype({"step": int})
@@ -84,38 +89,13 @@ def column(steps: pd.DataFrame, name: str) -> pd.Series | None:
 
 
 def consecutive_runs(mask: pd.Series) -> list[tuple[int, int, int]]:
-    """(first step, last step, number of steps) of each run of True in consecutive *logged* steps.
+    """(first step, last step, number of steps) of each run of True in consecutive *logged* steps
+    (checks/rollout_rules.py: watch's live rules count runs the same way).
 
     Logged, not numbered: with logging_steps = 10 the steps 10, 20, 30 are consecutive. A gap of more
     than twice the usual interval breaks a run: the unread stretch between two windows of a big rank
     file (runlog/window.py) is no evidence either way."""
-    runs, start, count, previous = [], None, 0, None
-    gaps = unusual_gaps(mask.index)
-    for (step, flag), gap in zip(mask.items(), gaps, strict=True):
-        if gap and start is not None:
-            runs.append((int(start), int(previous), count))
-            start, count = None, 0
-        if flag:
-            start = step if start is None else start
-            count += 1
-        elif start is not None:
-            runs.append((int(start), int(previous), count))
-            start, count = None, 0
-        previous = step
-    if start is not None:
-        runs.append((int(start), int(previous), count))
-    return runs
-
-
-def unusual_gaps(steps) -> list[bool]:
-    """For each step of an ascending index, whether it follows the one before by more than twice the
-    median interval."""
-    values = np.asarray(steps, dtype=float)
-    if len(values) < 3:
-        return [False] * len(values)
-    intervals = np.diff(values)
-    usual = float(np.median(intervals))
-    return [False, *(intervals > 2 * usual).tolist()]
+    return rollout_rules.consecutive_runs(list(mask.index), [bool(flag) for flag in mask.to_numpy()])
 
 
 def longest_run(mask: pd.Series, min_steps: int) -> tuple[int, int, int] | None:
@@ -153,16 +133,8 @@ def finite(value: float | None) -> float | None:
 
 
 def launched_by_swift(ev: Evidence) -> bool:
-    """Whether the ranks ran ms-swift's command line: `swift rlhf` (swift/cli/main.py) starts each rank as
-    `python <...>/swift/cli/rlhf.py ...`, under torch.distributed.run for several processes, and
-    `python -m swift.cli.rlhf` records the same path. So the script is a file of the swift.cli package;
-    a script below a folder merely named like it (/home/swiftuser/train.py) is not. A run built in a
-    script of one's own around ms-swift's Python API is not recognised: its metrics read as TRL's."""
-    for header in ev.headers.values():
-        parts = PurePath(header.argv[0]).parts if header.argv else ()
-        if any(parts[i:i + 2] == ("swift", "cli") for i in range(len(parts) - 2)):
-            return True
-    return False
+    """Whether the ranks ran ms-swift's command line (schema/metric_vocab.is_swift_command)."""
+    return any(is_swift_command(argv) for argv in _argvs(ev))
 
 
 @dataclass(frozen=True)
@@ -189,51 +161,27 @@ def zero_std_shares(ev: Evidence) -> dict[str, ZeroStdShare]:
 
 
 def rollout_zero_std_share(records: Iterable[Rollout]) -> pd.Series:
-    """Per step, the ranks' zero_std_frac weighted by their groups, for steps where ranks hold whole groups.
-
-    A rank's zero_std_frac is over the groups it holds. When the copies of a prompt are spread over
-    ranks (TRL's layout whenever a rank's batch does not hold whole groups), a rank's part of a group
-    can have equal rewards while the whole group does not, and a part of one copy is left out: the
-    records do not hold the real groups' stds. So a step where two ranks hold one prompt is left out.
-    Weights: num_groups, the groups a share is over when ranks hold whole groups (less those with
-    fewer than two known rewards, which these records do not count)."""
+    """Per step, the ranks' zero_std_frac weighted by their groups, for steps where ranks hold whole groups
+    (checks/rollout_rules.step_zero_std_share, which watch's live rules use too)."""
     by_step: dict[int, list[Rollout]] = defaultdict(list)
     for r in records:
         if r.step is not None:
             by_step[r.step].append(r)
-    shares = {}
-    for step, step_records in by_step.items():
-        holders: dict[str, set[int]] = defaultdict(set)
-        for r in step_records:
-            for prompt in set(r.prompt_hashes):
-                holders[prompt].add(r.rank)
-        if any(len(ranks) > 1 for ranks in holders.values()):
-            continue
-        known = [(r.zero_std_frac, r.num_groups) for r in step_records if r.zero_std_frac is not None]
-        num_groups = sum(n for _, n in known)
-        if num_groups:
-            shares[step] = math.fsum(share * n for share, n in known) / num_groups
+    shares = {step: share for step, step_records in by_step.items()
+              if (share := rollout_rules.step_zero_std_share(step_records)) is not None}
     return pd.Series(shares, dtype=float).sort_index()
 
 
 def _zero_std_is_batch_flag(ev: Evidence, source: str) -> bool:
-    """TRL computes frac_reward_zero_std from the std it scales by: with scale_rewards="batch" (and
-    multi_objective_aggregation="normalize_then_sum") that is the batch's, so the share is 1 when
-    every reward of the batch is equal and 0 otherwise. ms-swift always counts groups. Known only
-    from the event log's command line: TRL's output directory keeps its arguments in a pickle."""
-    if source != EVENT_LOG_SOURCE or launched_by_swift(ev):
-        return False
-    return (_launch_arg(ev, "--scale_rewards") == "batch"
-            or _launch_arg(ev, "--multi_objective_aggregation") == "normalize_then_sum")
+    """Whether the logged frac_reward_zero_std is only TRL's batch-level flag (schema/metric_vocab.py).
+    Known only from the event log's command line: TRL's output directory keeps its arguments in a pickle."""
+    return source == EVENT_LOG_SOURCE and zero_std_is_batch_flag(_argvs(ev))
+
+
+def _argvs(ev: Evidence) -> list:
+    return [header.argv for header in ev.headers.values()]
 
 
 def _launch_arg(ev: Evidence, name: str) -> str | None:
     """The value of `name value` or `name=value` on the ranks' command line; None when not given."""
-    for header in ev.headers.values():
-        argv = list(header.argv or [])
-        for i, arg in enumerate(argv):
-            if arg == name:
-                return argv[i + 1] if i + 1 < len(argv) else ""
-            if arg.startswith(name + "="):
-                return arg[len(name) + 1:]
-    return None
+    return launch_arg(_argvs(ev), name)

@@ -405,12 +405,38 @@ def _build_tables(ev: Evidence) -> None:
     ev.samples = pd.DataFrame(ev.sample_rows) if ev.sample_rows else pd.DataFrame(columns=SAMPLE_COLUMNS)
     ev.sample_rows = []
     _align_clocks(ev)
+    _add_watch_console_metrics(ev)
     # Framework logs join after the clocks are aligned: their rows carry no host and no time.
     log_steps, log_completions = framework_logs.metric_log_frames(ev.metric_logs)
     if not log_steps.empty:
         ev.steps = log_steps if ev.steps.empty else pd.concat([ev.steps, log_steps], ignore_index=True)
     ev.completions = pd.DataFrame(rollout_tables.rollout_samples(ev.rollout_records) + log_completions,
                                   columns=rollout_tables.COMPLETION_COLUMNS)
+
+
+def _add_watch_console_metrics(ev: Evidence) -> None:
+    """The metric lines the job printed, from the output watch saved (supervisor/<host>/stdout.log and
+    stderr.log), where the event log holds no step metric and no rollout: a job run under watch without
+    grpo-doctor's lines is judged on what it printed, as watch judged it live (supervisor/step_feed.py).
+    A job with them prints the same numbers (TRL's dict) that its rank records hold: only the records
+    are judged then, so that no finding is made twice."""
+    if ev.rollout_records or any(ev.steps[c].notna().any() for c in ev.steps.columns if c not in STEP_COLUMNS):
+        return
+    read = {log.path for log in ev.metric_logs}
+    for path in ev.paths:
+        supervisor = RunPaths(path).supervisor
+        if not supervisor.is_dir():
+            continue
+        for host_dir in sorted(supervisor.iterdir()):
+            watch = WatchPaths(host_dir)
+            for output in (watch.stdout_log, watch.stderr_log):
+                if output in read or not output.is_file():
+                    continue
+                try:
+                    ev.metric_logs += read_console_metrics(output)
+                except OSError as exc:
+                    ev.warnings.append(f"{output}: cannot be read ({exc.strerror or exc}); its metric lines were "
+                                       "not checked")
 
 
 def _rank_frame(ev: Evidence, rank_columns: list[tuple[int, dict[str, Column]]], columns: list[str]) -> pd.DataFrame:

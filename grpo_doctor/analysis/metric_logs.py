@@ -36,13 +36,14 @@ import pandas as pd
 from grpo_doctor.analysis.completion_rewards import number, reward_functions, weighted_sum
 from grpo_doctor.analysis.metric_names import ALIASES, SWIFT, TRL, canonical_frame
 from grpo_doctor.checks.groups import duplicate_rate, group_members
+from grpo_doctor.checks.rollout_rules import NONFINITE_CHECKED
+from grpo_doctor.schema.metric_vocab import with_swift_step
 from grpo_doctor.schema.safe_read import loads_bounded, open_text, read_json
 
 METRIC_LOG_NAMES = ("trainer_state.json", "logging.jsonl", "completions.jsonl")
 SAMPLES_PER_STEP = 8  # completions kept per step for the report; the diversity figures use all of them
 SWIFT_ARGS = ("beta", "scale_rewards", "temperature", "num_generations", "max_completion_length", "seed",
               "dynamic_sample", "use_vllm", "vllm_mode", "reward_funcs", "reward_weights")
-NONFINITE_CHECKED = ("loss", "grad_norm")  # canonical names; each framework's own (ALIASES) are checked
 TENSORBOARD_GLOBS = ("events.out.tfevents.*", "*/events.out.tfevents.*", "*/*/events.out.tfevents.*")
 _SKIP_ENTRY_KEYS = ("train_runtime", "train_loss", "last_model_checkpoint")  # end-of-training summaries
 MAX_METRIC_FILE_BYTES = 512 * 2**20  # trainer_state.json of a long run: tens of MB; read whole, so capped
@@ -166,11 +167,6 @@ def _json_lines(log: MetricLog) -> list[dict[str, Any]]:
     if bad:
         log.warnings.append(f"{log.path}: skipped {bad} unreadable line(s)")
     return out
-
-
-def with_swift_step(entry: dict[str, Any]) -> dict[str, Any]:
-    done, _, _ = str(entry["global_step/max_steps"]).partition("/")
-    return {**entry, "step": int(done) if done.strip().isdigit() else None}
 
 
 def add_steps(log: MetricLog, entries: list[dict[str, Any]]) -> None:

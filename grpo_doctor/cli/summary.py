@@ -79,7 +79,8 @@ def _print_once(args) -> int:
     live = LiveState.of(log.dirs)
     rows = summarise(log, live=live)
     if args.json:
-        print(json.dumps({"ranks": rows, "hang": _hang_json(live), "warnings": log.warnings}, indent=2))
+        print(json.dumps({"ranks": rows, "hang": _hang_json(live), "live_findings": live.findings,
+                          "warnings": log.warnings}, indent=2))
     else:
         print(format_summary(log, rows, live))
     return 1 if any(r["failed"] for r in rows) else 0
@@ -157,6 +158,7 @@ def format_summary(run: RunLog, rows: list[dict], live: LiveState | None = None)
         )
     if live.hang is not None:
         lines.append(_hang_line(live))
+    lines += [_live_finding_line(f) for f in live.findings]
     lines += [f"warning: {w}" for w in run.warnings]
     # Hosts, phases and errors come from the run: an escape sequence there stays text.
     return "\n".join(terminal_safe(line) for line in lines)
@@ -191,6 +193,15 @@ def _hang_line(live: LiveState) -> str:
     return f"hang ({live.hang_file}): the others waited for {who}"
 
 
+def _live_finding_line(f: dict) -> str:
+    """One finding watch said while the job ran (live-findings.json), and whether a later step cleared it."""
+    said = f"said by watch on {f['watch_host']} at step {f.get('said_at_step')}"
+    if f["state"] == "cleared":
+        said += f", cleared at step {f.get('cleared_at_step')}" if f.get("cleared_at_step") is not None else ", cleared"
+    step = f" at step {f['step']}" if f.get("step") is not None else ""
+    return f"live: {f['severity'].upper()} {f['id']}{step}: {f['title']} ({said})"
+
+
 def _hang_json(live: LiveState) -> dict | None:
     if live.hang is None:
         return None
@@ -209,13 +220,14 @@ def follow(paths: list, interval_s: float, quiet_timeout_s: float, as_json: bool
     try:
         while True:
             log = _read_when_there(paths)
-            rows = summarise(log, live=LiveState.of(log.dirs)) if log is not None else []
+            live = LiveState.of(log.dirs) if log is not None else LiveState()
+            rows = summarise(log, live=live) if log is not None else []
             if as_json:
                 block = json.dumps({"ranks": rows, "warnings": log.warnings if log else []})
                 # The seconds since each rank's last record change at every read: not a change of the run.
                 changed = json.dumps([{**r, "since_last_record_s": None} for r in rows])
             else:
-                block = format_summary(log, rows) if log is not None else _waiting_text(paths)
+                block = format_summary(log, rows, live) if log is not None else _waiting_text(paths)
                 changed = block
             size = _run_size_bytes(paths)
             now = time.monotonic()

@@ -6,12 +6,14 @@ touching the job: the watch of that host still holds its lock on `supervisor/<ho
 (the kernel drops it when watch exits, SIGKILL included) and has written no summary.json yet, or the
 rank's own process is alive (same host as this command). And where watch investigated a hang, its
 latest `hang-N.json` names the ranks the others waited for: after `--on-hang kill` every rank ended by
-watch's SIGTERM, and only that file still says which one was the culprit.
+watch's SIGTERM, and only that file still says which one was the culprit. And what each watch said live
+about the job's rollouts and steps (`supervisor/<host>/live-findings.json`: constant-reward, dead-step, ...).
 
 Typical use:
     live = LiveState.of(run_dirs)
     live.running(host, pids)       # True: no end record, but the job is still going
     live.hang                      # the latest HangReport of the run, or None
+    live.findings                  # what the watches said live, each with its "watch_host"
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from pathlib import Path
 
 from grpo_doctor.analysis.watch_files import read_hang_report
 from grpo_doctor.schema import RunPaths
+from grpo_doctor.schema.live_findings import read_live_findings
 from grpo_doctor.schema.run_paths import WatchPaths
 from grpo_doctor.schema.watch_files import HangReport
 
@@ -32,6 +35,7 @@ class LiveState:
     watched_hosts: set[str] = field(default_factory=set)  # hosts whose watch is running now
     hang: HangReport | None = None  # the latest hang a watch of this run investigated
     hang_file: Path | None = None
+    findings: list[dict] = field(default_factory=list)  # live-findings.json's findings, each with "watch_host"
 
     @classmethod
     def of(cls, dirs: list) -> LiveState:
@@ -42,6 +46,12 @@ class LiveState:
                 watch = WatchPaths(host_dir)
                 if _lock_held(watch.lock) and not watch.summary_json.exists():
                     state.watched_hosts.add(host_dir.name)
+                if watch.live_findings.is_file():
+                    try:
+                        state.findings += [{**f, "watch_host": host_dir.name}
+                                           for f in read_live_findings(watch.live_findings)]
+                    except (OSError, ValueError):  # damaged: nothing said live is shown
+                        pass
                 for path in host_dir.glob("hang-*.json"):
                     if WatchPaths.hang_number(path) is None:
                         continue

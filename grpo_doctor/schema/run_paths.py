@@ -131,6 +131,11 @@ class WatchPaths:
         return Path(path).name == _SIGNATURES_FILE
 
     @property
+    def live_findings(self) -> Path:
+        """What watch said about the job's rollouts and steps while it ran (schema/live_findings.py)."""
+        return self.root / "live-findings.json"
+
+    @property
     def alerts(self) -> Path:
         """Every alert watch sent (webhook, command) and its outcome (supervisor/alerts.py)."""
         return self.root / "alerts.jsonl"

@@ -59,6 +59,11 @@ class SeedCheck:
         return lines
 
     @property
+    def withdrawn(self) -> list[tuple[int, ...]]:
+        """The ranks of each collision said and then withdrawn (a later audit showed them apart)."""
+        return sorted(self._withdrawn)
+
+    @property
     def hosts(self) -> dict[int, str]:
         return dict(self._hosts)
 

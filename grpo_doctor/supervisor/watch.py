@@ -37,7 +37,7 @@ from grpo_doctor.schema.ranks import format_ranks
 from grpo_doctor.schema.run_info import RunInfo, WatchHost
 from grpo_doctor.schema.safe_write import write_file
 from grpo_doctor.schema.watch_files import HangReport
-from grpo_doctor.supervisor.alert_payload import finding_from_hang, finding_from_seed_collision
+from grpo_doctor.supervisor.alert_payload import finding_from_hang
 from grpo_doctor.supervisor.alerts import Alerter, AlertSettings
 from grpo_doctor.supervisor.childenv import child_environment
 from grpo_doctor.supervisor.console import Console
@@ -56,6 +56,7 @@ from grpo_doctor.supervisor.ray_processes import RayWorkers, actor_of
 from grpo_doctor.supervisor.run_files import RunFiles
 from grpo_doctor.supervisor.sampler import Sampler, shows_work
 from grpo_doctor.supervisor.seeds import SeedCheck
+from grpo_doctor.supervisor.sentinels import Sentinels
 from grpo_doctor.supervisor.stall import StallSchedule
 from grpo_doctor.supervisor.summary import build_summary, summary_lines, watched_ranks
 
@@ -108,7 +109,10 @@ class Watch:
         # The cli sends the end-of-job findings through it too, then closes it (a bounded wait).
         self.alerter = Alerter(opts.alerts, host=self.host, run_dir=opts.run_dir, out_path=self.watch_files.alerts,
                                note=self.console.note, on_spawn=lambda pid: self.tree.outside.add(pid))
-        self._alerted_live = False
+        # The report's rollout rules, live: said once, cleared once, alerted with --alert-live (sentinels.py)
+        self.sentinels = Sentinels(self.host, self.watch_files.live_findings, write=self.files.write,
+                                   alert=self.alerter.send if opts.alerts.live else None, seeds=self.seeds)
+        self._late_records: list = []  # read once the job ended: its last steps
         self._interrupts = 0
         self._last_output_mono = time.monotonic()
         self._last_busy_mono = time.monotonic()  # last time a rank used CPU or was not yet measured
@@ -167,9 +171,9 @@ class Watch:
         self.live_scan.start()
         tees = [
             OutputTee(outputs[0], self.watch_files.stdout_log, write=lambda b: self._child_output("stdout", b),
-                      on_lines=self.live_scan.submit, note=self.console.note),
+                      on_lines=lambda b: self._output_lines("stdout", b), note=self.console.note),
             OutputTee(outputs[1], self.watch_files.stderr_log, write=lambda b: self._child_output("stderr", b),
-                      on_lines=self.live_scan.submit, note=self.console.note),
+                      on_lines=lambda b: self._output_lines("stderr", b), note=self.console.note),
         ]
         for tee in tees:
             tee.start()
@@ -187,10 +191,9 @@ class Watch:
                 status = self.tree.wait(LOOP_S)
                 try:
                     now = time.monotonic()
-                    for line in self.seeds.feed(self.tracker.poll(now)):
+                    records = self.tracker.poll(now)
+                    for line in self.seeds.feed(records) + self.sentinels.check(records):
                         self.console.note(line)
-                    if self.opts.alerts.live and not self._alerted_live:
-                        self._alert_live()
                     if now >= next_discovery:
                         self._discover()
                         next_discovery = now + DISCOVER_EVERY_S
@@ -211,7 +214,7 @@ class Watch:
                     self.console.note(line)
             self.sampler.stop(timeout_s=2.0)
             self.live_scan.stop(timeout_s=10.0)
-            self.tracker.poll(time.monotonic())
+            self._late_records = self.tracker.poll(time.monotonic())
             self.console.close()
         hang_ended = self._late_verdict() or hang_ended
         exit_status = HANG_EXIT if hang_ended else _shell_status(status)
@@ -242,6 +245,11 @@ class Watch:
     def _append_error(self, exc: Exception) -> None:
         with self.watch_files.errors_log.open("a") as f:
             f.write("".join(traceback.format_exception(exc)) + "\n")
+
+    def _output_lines(self, stream: str, lines: bytes) -> None:
+        """Whole lines of the job's output (a tee thread): the failure scan, and the printed metrics."""
+        self.live_scan.submit(lines)
+        self.sentinels.submit_output(stream, lines)
 
     def _child_output(self, stream: str, data: bytes) -> None:
         self._last_output_mono = time.monotonic()
@@ -516,15 +524,6 @@ class Watch:
         finally:
             self.fleet.close()
 
-    def _alert_live(self) -> None:
-        """--alert-live: the first critical finding watch itself sees while the job runs (a shared sampling seed)."""
-        for shared in self.seeds.collisions:
-            finding = finding_from_seed_collision(shared, self.seeds.hosts)
-            if finding["severity"] == "critical":
-                self._alerted_live = True
-                self.alerter.send("live", finding)
-                return
-
     def _update_panel(self, now: float) -> None:
         rows = []
         for rank in sorted(set(self.rank_pids) | set(self.tracker.ranks)):
@@ -560,6 +559,11 @@ class Watch:
                                         cluster=None if self.cluster.is_empty else self.cluster)}))
 
     def _finish(self, status: int | None, exit_status: int, hang_ended: bool) -> None:
+        try:  # the job's last steps, as the report will read them
+            for line in self.sentinels.finish(self._late_records):
+                self.console.note(line)
+        except Exception as exc:  # noqa: BLE001 - never what loses the summary
+            self._internal_error(exc)
         summary = build_summary(
             self.host, status, exit_status, hang_ended, watched_ranks(self.tracker.ranks, self.rank_pids, self.gone,
                                                                  roles=self.ray.roles, gone_t=self.gone_t),

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 
 import torch
 from datasets import Dataset
@@ -60,6 +61,20 @@ def digit_share(completions, **kwargs) -> list[float]:
     return [sum(c.isdigit() for c in text) / max(len(text), 1) for text in completions]
 
 
+def constant_reward(completions, **kwargs) -> list[float]:
+    """A reward function that ignores its input (the case of issue 25): every group's std is 0."""
+    return [1.0 for _ in completions]
+
+
+def slowed(reward, delay_s: float):
+    """`reward` taking `delay_s` a call, as a reward model or a verifier does."""
+    def call(completions, **kwargs) -> list[float]:
+        time.sleep(delay_s)
+        return reward(completions, **kwargs)
+    call.__name__ = reward.__name__
+    return call
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--run-dir", required=True)
@@ -73,6 +88,9 @@ def main(argv=None) -> None:
     p.add_argument("--log-completions", action="store_true", help="TRL's completions parquet files in out-dir")
     p.add_argument("--log-history", default=None, help="write trainer.state.log_history here (JSON)")
     p.add_argument("--report-to", default="none", help="the Trainer's report_to (none, tensorboard)")
+    p.add_argument("--reward", choices=("digits", "constant"), default="digits",
+                   help="the share of digits, or 1.0 whatever the completion")
+    p.add_argument("--reward-delay", type=float, default=0.0, help="seconds each reward call takes")
     args = p.parse_args(argv)
 
     tokenizer = build_char_tokenizer()
@@ -83,8 +101,10 @@ def main(argv=None) -> None:
         temperature=TEMPERATURE, logging_steps=1, report_to=args.report_to, use_cpu=True, bf16=False, fp16=False,
         save_strategy="no", seed=args.seed, use_vllm=False, disable_tqdm=True, log_completions=args.log_completions,
     )
+    reward = constant_reward if args.reward == "constant" else digit_share
+    reward = slowed(reward, args.reward_delay) if args.reward_delay else reward
     trainer = GRPOTrainer(
-        model=build_tiny_model(tokenizer, args.seed), processing_class=tokenizer, reward_funcs=[digit_share],
+        model=build_tiny_model(tokenizer, args.seed), processing_class=tokenizer, reward_funcs=[reward],
         args=config, train_dataset=Dataset.from_dict({"prompt": prompts}),
     )
     if not args.plain:

@@ -22,7 +22,6 @@ or completion files; None when neither was recorded).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import pandas as pd
 
@@ -30,6 +29,13 @@ from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.grpo_metrics import column, finite, longest_run, step_series
 from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.analysis.rollout_tables import EVENT_LOG_SOURCE, duplicate_rates
+from grpo_doctor.checks.rollout_rules import (
+    REWARD_STD_METRICS,
+    reward_is_constant,
+    rollout_rewards_constant,
+    same_value_throughout,
+)
+from grpo_doctor.checks.rollout_rules import ConstantRewardConfig as Config  # watch's live rules read it too
 
 ID = "constant-reward"
 
@@ -45,13 +51,6 @@ HINTS = (
     "If every completion is simply wrong, the task is out of the model's reach: start from an SFT checkpoint, use "
     "easier prompts, or give partial credit (format reward) so groups disagree.",
 )
-
-
-@dataclass(frozen=True)
-class Config:
-    min_consecutive_steps: int = 5  # logged steps in a row; a small batch can be all-zero for a step or two
-    std_zero: float = 1e-6  # reward std at or below this counts as zero
-    identical_share: float = 0.5  # duplicate_rate at or above this: the completions were copies
 
 
 def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
@@ -70,7 +69,7 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
         if rewards is None and metric == "rollout records":
             rewards = run.rollouts.groupby("step")["reward_mean"].median()
         value = finite(rewards.loc[first:last].median()) if rewards is not None else None
-        same = bool(rewards is not None and rewards.max() - rewards.min() <= cfg.std_zero)
+        same = bool(rewards is not None and same_value_throughout(rewards.max() - rewards.min(), cfg))
         dupes = duplicate_rates(run.rollout_records) if source == EVENT_LOG_SOURCE else column(steps, "duplicate_rate")
         dupes = dupes.loc[first:last] if dupes is not None else None
         duplicate_rate = finite(dupes.median()) if dupes is not None and not dupes.empty else None
@@ -88,15 +87,15 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
 
 
 def _constant_steps(run: Evidence, source: str, steps: pd.DataFrame, cfg: Config):
-    for name in ("reward_std_batch", "reward_func_std_max", "reward_range_batch"):
+    for name in REWARD_STD_METRICS:
         values = column(steps, name)
         if values is not None:
-            return (values <= cfg.std_zero).reindex(steps.index, fill_value=False), name
+            return reward_is_constant(values, cfg).reindex(steps.index, fill_value=False), name
     if source == EVENT_LOG_SOURCE and not run.rollouts.empty:
         by_step = run.rollouts.dropna(subset=["reward_std", "reward_mean"]).groupby("step")
         stats = by_step.agg(std_max=("reward_std", "max"), mean_min=("reward_mean", "min"),
                             mean_max=("reward_mean", "max"))
         if not stats.empty:
-            flags = (stats["std_max"] <= cfg.std_zero) & (stats["mean_max"] - stats["mean_min"] <= cfg.std_zero)
+            flags = rollout_rewards_constant(stats["std_max"], stats["mean_max"] - stats["mean_min"], cfg)
             return flags.sort_index(), "rollout records"
     return None, None

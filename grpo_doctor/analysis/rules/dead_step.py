@@ -21,7 +21,6 @@ None where not logged).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import pandas as pd
 
@@ -29,6 +28,9 @@ from grpo_doctor.analysis import remedies
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.grpo_metrics import column, finite, longest_run, step_series, zero_std_shares
 from grpo_doctor.analysis.load import Evidence
+from grpo_doctor.checks.rollout_rules import DeadStepConfig as Config  # watch's live rules read it too
+from grpo_doctor.checks.rollout_rules import all_groups_zero_std, no_gradient
+from grpo_doctor.checks.rollout_rules import no_advantage as no_advantage_at
 
 ID = "dead-step"
 
@@ -42,29 +44,20 @@ HINTS = (
 )
 
 
-@dataclass(frozen=True)
-class Config:
-    min_consecutive_steps: int = 5  # logged steps in a row; a tiny batch can be all zero-std for a step or two
-    zero_std_share: float = 0.999  # frac_reward_zero_std at or above this: every group zero-std
-    grad_norm_zero: float = 1e-8  # gradient norm at or below this counts as zero
-    loss_zero: float = 1e-6  # |loss| at or below this counts as zero (only together with a zero gradient)
-    advantage_zero: float = 1e-6  # largest |advantage| (verl) at or below this: every advantage 0
-
-
 def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
     series, shares = step_series(run), zero_std_shares(run)
     for source in dict.fromkeys([*series, *shares]):  # a trainer may record rollouts and no Step metrics
         share = shares[source].share if source in shares else pd.Series(dtype=float)
         steps = series.get(source, pd.DataFrame())
         steps = steps.reindex(steps.index.union(share.index))
-        zero_std = (share.reindex(steps.index) >= cfg.zero_std_share).fillna(False).astype(bool)
+        zero_std = all_groups_zero_std(share.reindex(steps.index), cfg).fillna(False).astype(bool)
         grad, loss = column(steps, "grad_norm"), column(steps, "loss")
         no_grad = pd.Series(False, index=steps.index)
         if grad is not None and loss is not None:
-            no_grad = ((steps["grad_norm"] <= cfg.grad_norm_zero) & (steps["loss"].abs() <= cfg.loss_zero)).fillna(False)
+            no_grad = no_gradient(steps["grad_norm"], steps["loss"], cfg).fillna(False)
         no_advantage = pd.Series(False, index=steps.index)
         if column(steps, "advantage_abs_max") is not None:
-            no_advantage = (steps["advantage_abs_max"] <= cfg.advantage_zero).fillna(False)
+            no_advantage = no_advantage_at(steps["advantage_abs_max"], cfg).fillna(False)
         dead = zero_std | no_advantage | no_grad
         longest, severity = longest_run(dead, cfg.min_consecutive_steps), "critical"
         if longest is None and 0 < len(dead) < cfg.min_consecutive_steps and dead.all():

@@ -13,12 +13,13 @@ Evidence keys: `source`, `start_entropy`, `end_entropy` (nats per token as logge
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.grpo_metrics import column, step_series
 from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.analysis.remedies import CHECKED_AGAINST, SWIFT, TRL, VERL, default, flag, flags
+from grpo_doctor.checks.rollout_rules import EntropyCollapseConfig as Config  # watch's live rules read it too
+from grpo_doctor.checks.rollout_rules import entropy_collapsed
 
 ID = "entropy-collapse"
 
@@ -43,13 +44,6 @@ HINT_HACKING = ("Check for reward hacking: read the sample completions; one stri
 HINTS = (HINT_SLOW, HINT_ENTROPY, HINT_CLIP_HIGHER, HINT_HACKING)
 
 
-@dataclass(frozen=True)
-class Config:
-    window_steps: int = 3  # logged steps whose median is the start / the end value
-    fraction: float = 0.1  # end below this fraction of the start fires
-    min_start: float = 1e-3  # a start below this is already collapsed (or not entropy): not judged
-
-
 def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
     for source, steps in step_series(run).items():
         entropy = column(steps, "entropy")
@@ -57,7 +51,7 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
             continue
         start = float(entropy.iloc[:cfg.window_steps].median())
         end = float(entropy.iloc[-cfg.window_steps:].median())
-        if start <= cfg.min_start or end >= cfg.fraction * start:
+        if not entropy_collapsed(start, end, cfg):
             continue
         below = entropy[entropy < cfg.fraction * start]
         first_below = int(below.index[0])

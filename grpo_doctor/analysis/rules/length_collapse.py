@@ -15,7 +15,6 @@ where known: rollout records' `max_length` or the largest logged length).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import pandas as pd
 
@@ -24,6 +23,8 @@ from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.grpo_metrics import column, finite, longest_run, step_series
 from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.analysis.rollout_tables import EVENT_LOG_SOURCE
+from grpo_doctor.checks.rollout_rules import LengthCollapseConfig as Config  # watch's live rules read it too
+from grpo_doctor.checks.rollout_rules import empty, truncated
 
 ID = "length-collapse"
 
@@ -44,21 +45,14 @@ HINT_EMPTY = ("Completions shrank to nothing: check the reward does not pay for 
 HINTS = (HINT_TRUNCATED, HINT_OVERLONG, HINT_EMPTY)
 
 
-@dataclass(frozen=True)
-class Config:
-    min_consecutive_steps: int = 5  # logged steps in a row
-    truncated_share: float = 0.95  # clipped share at or above this: everything truncated
-    max_empty_length: float = 1.0  # mean length (tokens) at or below this: empty completions
-
-
 def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
     series = step_series(run)
     if not run.rollouts.empty:
         series.setdefault(EVENT_LOG_SOURCE, pd.DataFrame())
     for source, steps in series.items():
         clipped, length = _series(run, source, steps)
-        for kind, flags in (("truncated", clipped >= cfg.truncated_share if clipped is not None else None),
-                            ("empty", length <= cfg.max_empty_length if length is not None else None)):
+        for kind, flags in (("truncated", truncated(clipped, cfg) if clipped is not None else None),
+                            ("empty", empty(length, cfg) if length is not None else None)):
             if flags is None:
                 continue
             longest = longest_run(flags, cfg.min_consecutive_steps)

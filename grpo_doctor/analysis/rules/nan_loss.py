@@ -19,7 +19,6 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -27,8 +26,8 @@ import pandas as pd
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.grpo_metrics import finite, rank_metrics
 from grpo_doctor.analysis.load import Evidence
-from grpo_doctor.analysis.metric_logs import NONFINITE_CHECKED
 from grpo_doctor.analysis.rollout_tables import EVENT_LOG_SOURCE
+from grpo_doctor.checks.rollout_rules import NanLossConfig as Config  # watch's live rules read it too
 from grpo_doctor.schema import Step
 from grpo_doctor.schema.ranks import format_ranks
 
@@ -43,11 +42,6 @@ HINTS = (
     "To see NaN losses in Hugging Face Trainer logs set logging_nan_inf_filter=False; resume from the last "
     "checkpoint before the first bad step once the cause is fixed.",
 )
-
-
-@dataclass(frozen=True)
-class Config:
-    metrics: tuple[str, ...] = NONFINITE_CHECKED  # metric names checked for NaN / inf (same in every framework)
 
 
 def check(run: Evidence, cfg: Config) -> Iterator[Finding]:

@@ -18,12 +18,13 @@ Evidence keys: `source`, `metric` (canonical name read), `early_value`, `late_va
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 from grpo_doctor.analysis import remedies
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.grpo_metrics import column, step_series
 from grpo_doctor.analysis.load import Evidence
+from grpo_doctor.checks.rollout_rules import DRIFT_METRICS, drifted
+from grpo_doctor.checks.rollout_rules import StaleRolloutWeightsConfig as Config  # watch reads it too
 
 ID = "stale-rollout-weights"
 
@@ -45,28 +46,16 @@ HINT_OFF_POLICY = ("Deliberately off-policy rollouts (async generation, steps_pe
 HINTS = (HINT_SYNC, HINT_PREFIX_CACHE, HINT_LORA, HINT_OFF_POLICY)
 
 
-@dataclass(frozen=True)
-class Config:
-    window_steps: int = 3  # logged values whose median is the early / late level
-    min_steps: int = 8  # fewer logged values are not judged
-    growth_ratio: float = 3.0  # late >= this x early
-    min_late_logprob_diff: float = 0.1  # nats per token; bf16 engines differ by ~0.01-0.05
-    min_late_kl: float = 0.01  # nats
-    min_late_prob_diff: float = 0.05  # probability
-
-
 def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
-    floors = {"rollout_logprob_diff": cfg.min_late_logprob_diff, "rollout_kl": cfg.min_late_kl,
-              "rollout_prob_diff": cfg.min_late_prob_diff}
     for source, steps in step_series(run).items():
-        for metric, floor in floors.items():
+        for metric in DRIFT_METRICS:
             values = column(steps, metric)
             if values is None:
                 continue
             if len(values) >= cfg.min_steps:
                 early = float(values.iloc[:cfg.window_steps].median())
                 late = float(values.iloc[-cfg.window_steps:].median())
-                if late >= floor and late >= cfg.growth_ratio * early:
+                if drifted(early, late, metric, cfg):
                     yield Finding(
                         id=ID, severity="warning",
                         title=f"rollout and trainer log-probabilities drift apart: {metric} grew from {early:.3g} "

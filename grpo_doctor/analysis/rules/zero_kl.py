@@ -16,13 +16,14 @@ not state it), `moving_since_step` (the first step whose update should have move
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import pandas as pd
 
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.grpo_metrics import beta_of, column, finite, longest_run, step_series
 from grpo_doctor.analysis.load import Evidence
+from grpo_doctor.checks.rollout_rules import ZeroKlConfig as Config  # watch's live rules read it too
+from grpo_doctor.checks.rollout_rules import groups_disagree, kl_is_zero, policy_moving
 
 ID = "zero-kl"
 
@@ -38,13 +39,6 @@ HINTS = (
 )
 
 
-@dataclass(frozen=True)
-class Config:
-    min_consecutive_steps: int = 3  # logged steps in a row with KL at 0 after the policy started moving
-    kl_zero: float = 1e-9  # |kl| at or below this is 0 (a real KL after an update is far larger)
-    grad_norm_moving: float = 1e-8  # a gradient norm above this moves the policy (with lr > 0)
-
-
 def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
     for source, steps in step_series(run).items():
         kl = column(steps, "kl")
@@ -56,7 +50,7 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
             continue
         since = int(moving.idxmax())
         after = kl.loc[kl.index > since]
-        longest = longest_run(after.abs() <= cfg.kl_zero, cfg.min_consecutive_steps)
+        longest = longest_run(kl_is_zero(after, cfg), cfg.min_consecutive_steps)
         if longest is None:
             continue
         first, last, num = longest
@@ -75,9 +69,8 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
 def _moving_steps(steps: pd.DataFrame, cfg: Config) -> pd.Series | None:
     grad = column(steps, "grad_norm")
     if grad is not None:
-        moving = steps["grad_norm"] > cfg.grad_norm_moving
-        if column(steps, "learning_rate") is not None:
-            moving &= ~(steps["learning_rate"] <= 0)  # warm-up from 0: no update yet (NaN: not logged, allowed)
-        return moving.fillna(False)
+        # warm-up from 0: no update yet (a learning rate not logged at a step: allowed)
+        lr = steps["learning_rate"] if column(steps, "learning_rate") is not None else None
+        return policy_moving(steps["grad_norm"], lr, cfg).fillna(False)
     share = column(steps, "frac_reward_zero_std")
-    return (steps["frac_reward_zero_std"] < 1).fillna(False) if share is not None else None
+    return groups_disagree(steps["frac_reward_zero_std"]).fillna(False) if share is not None else None

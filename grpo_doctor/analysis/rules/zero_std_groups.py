@@ -20,12 +20,13 @@ share, 0-1), `share_overall` (mean over every logged step), `num_steps` (logged 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 from grpo_doctor.analysis import remedies
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.grpo_metrics import BATCH_FLAG, zero_std_shares
 from grpo_doctor.analysis.load import Evidence
+from grpo_doctor.checks.rollout_rules import ZeroStdGroupsConfig as Config  # watch's live rules read it too
+from grpo_doctor.checks.rollout_rules import zero_std_window_fires
 
 ID = "zero-std-groups"
 
@@ -39,12 +40,6 @@ HINTS = (
 )
 
 
-@dataclass(frozen=True)
-class Config:
-    window_steps: int = 10  # logged steps averaged; shorter runs are not judged
-    min_share: float = 0.8  # mean share of zero-std groups in the window at or above this fires
-
-
 def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
     for source, zero_std in zero_std_shares(run).items():
         share = zero_std.share
@@ -53,7 +48,7 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
         rolling = share.rolling(cfg.window_steps).mean()
         end = rolling.idxmax()
         worst = float(rolling.loc[end])
-        if worst < cfg.min_share:
+        if not zero_std_window_fires(worst, cfg):
             continue
         window = share.loc[:end].iloc[-cfg.window_steps:]
         first, last = int(window.index[0]), int(window.index[-1])
