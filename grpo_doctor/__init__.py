@@ -9,6 +9,7 @@ Inside a training process:
     gd.rollouts(prompts, completions, rewards, completion_ids=ids, max_length=512, temperature=1.0)
     gd.memory_snapshot("step")
     gd.step(n, loss=loss, reward=reward)
+    gd.check_weight_sync(policy.named_parameters(), engine_model.named_parameters())   # after a weight push
 
 This import stays light: it never pulls in pandas, matplotlib, jinja2, numpy or torch.
 """
@@ -26,8 +27,16 @@ from grpo_doctor.rank.api import (
 )
 from grpo_doctor.rank.rollouts import rollouts
 from grpo_doctor.rank.seeds import seed_audit
+from grpo_doctor.rank.weight_sync import (
+    WeightSyncCheck,
+    WeightTarget,
+    check_weight_sync,
+    vllm_name_map,
+    weight_sync_not_checked,
+)
 
 __all__ = [
     "__version__", "flush", "init", "is_recording", "memory_snapshot", "phase", "rollouts", "run_dir",
-    "seed_audit", "set_step", "shutdown", "step",
+    "seed_audit", "set_step", "shutdown", "step", "WeightSyncCheck", "WeightTarget", "check_weight_sync",
+    "vllm_name_map", "weight_sync_not_checked",
 ]

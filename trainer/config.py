@@ -51,6 +51,7 @@ class TrainConfig:
     sync_phases: bool = False
     log_every: int = 1
     faults: tuple[Fault, ...] = ()
+    weight_sync_check_every: int = 1  # compare trainer and rollout weights after every Nth push; 0: never
 
     def check_world(self, world_size: int) -> None:
         """Checks that need the number of processes."""
@@ -98,6 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-record", action="store_true", help="turn grpo-doctor recording off")
     p.add_argument("--sync-phases", action="store_true", help="CUDA-synchronise at every phase boundary")
     p.add_argument("--log-every", type=int, default=1, help="print a line every N steps (rank 0)")
+    p.add_argument("--weight-sync-check-every", type=int, default=1, metavar="N",
+                   help="compare the rollout engine's weights with the trainer's after every Nth push (0: never)")
     p.add_argument("--inject", action="append", default=[], metavar="SPEC",
                    help="fault to inject, NAME[:key=value,...]; repeatable (see trainer/inject.py)")
     return p
@@ -109,6 +112,8 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
     for name in positive:
         if getattr(args, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} {getattr(args, name)} must be at least 1")
+    if args.weight_sync_check_every < 0:
+        raise UsageError(f"--weight-sync-check-every {args.weight_sync_check_every} must be >= 0", "0 turns the check off")
     if args.temperature <= 0:
         raise UsageError(f"--temperature {args.temperature} must be > 0", "sampling needs a positive temperature")
     if args.dist_timeout_s <= 0:
@@ -148,6 +153,7 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
         sync_phases=args.sync_phases,
         log_every=args.log_every,
         faults=faults,
+        weight_sync_check_every=args.weight_sync_check_every,
     )
 
 

@@ -36,6 +36,7 @@ FAULT_KEYS: dict[str, dict[str, object]] = {
     "oom": {"rank": _REQUIRED, "step": _REQUIRED, "phase": "forward"},
     "crash": {"rank": _REQUIRED, "step": _REQUIRED, "how": "exception", "phase": "forward"},
     "nan-loss": {"step": _REQUIRED, "rank": None},
+    "stale-weights": {"step": _REQUIRED, "rank": None},
     "leak": {"rank": _REQUIRED, "mb_per_step": 64.0},
 }
 
@@ -135,8 +136,6 @@ def check_faults_for_world(faults, world_size: int, *, beta: float, rollout: str
             return f"--inject {f.name}: rank={f.rank} does not exist with world size {world_size}"
         if f.phase == "ref-logprob" and beta == 0:
             return f"--inject {f.name}: phase=ref-logprob never runs with --beta 0"
-        if f.phase == "weight-sync" and rollout != "vllm":
-            return f"--inject {f.name}: phase=weight-sync runs only with --rollout vllm"
         if f.name == "desync" and world_size < 2:
             return "--inject desync needs at least 2 ranks: one rank alone cannot disagree"
     return None
@@ -167,6 +166,11 @@ class Injector:
 
     def nan_loss(self, step: int) -> bool:
         return any(f.name == "nan-loss" and f.step <= step for f in self.faults)
+
+    def stale_weights(self, step: int) -> bool:
+        """From its step on, the weight push leaves the rollout engine's weights as they were (a sync that
+        silently skips): the trainer walks its parameters as ever (ZeRO-3 gathers stay in step)."""
+        return any(f.name == "stale-weights" and f.step <= step for f in self.faults)
 
     def at(self, phase: str, step: int) -> None:
         """Act on faults due in this phase at this step; called just inside the phase."""

@@ -1,8 +1,9 @@
 """The GRPO training loop, instrumented with grpo-doctor phases, steps and memory snapshots.
 
-One step: (weight-sync into vLLM) -> rollout of B completions per rank -> reward, gathered
-over ranks, group-normalised advantages -> reference log-probs -> policy log-probs and loss
--> backward -> optimizer step. Faults from `--inject` fire just inside the phase they name.
+One step: weight-sync (the policy's weights pushed into the rollout engine: HF's rollout copy or
+vLLM, then compared with grpo-doctor's weight-sync check) -> rollout of B completions per rank ->
+reward, gathered over ranks, group-normalised advantages -> reference log-probs -> policy log-probs
+and loss -> backward -> optimizer step. Faults from `--inject` fire just inside the phase they name.
 Each rank records its rollouts (`gd.rollouts`) every step and its random state
 (`gd.seed_audit`) at start and every SEED_AUDIT_EVERY steps.
 
@@ -37,7 +38,7 @@ from .grpo import group_advantages, grpo_loss, reward_stats, token_logprobs
 from .inject import Injector
 from .model import build_policy_and_reference, save_model
 from .reward import score_completions
-from .rollout import VLLMRollout, generate_hf
+from .rollout import HFRollout, VLLMRollout
 
 SEED_AUDIT_EVERY = 10
 
@@ -52,6 +53,7 @@ class Trainer:
     injector: Injector
     sampling_seed: int  # the seed this rank's rollouts sample with (vLLM's, or torch's for hf)
     vllm: VLLMRollout | None = None
+    rollout_copy: HFRollout | None = None  # --rollout hf: generate from a copy the weights are pushed into
 
     def run_step(self, n: int) -> dict[str, float]:
         cfg, info, inj = self.cfg, self.info, self.injector
@@ -60,19 +62,14 @@ class Trainer:
         if n and n % SEED_AUDIT_EVERY == 0:
             gd.seed_audit("step", sampling_seed=self.sampling_seed)
 
-        if self.vllm is not None:
-            with gd.phase("weight-sync"):
-                inj.at("weight-sync", n)
-                self.vllm.sync_weights(self.engine.named_full_parameters())
+        with gd.phase("weight-sync"):
+            inj.at("weight-sync", n)
+            self.push_weights(n)
 
         with gd.phase("rollout"):
             inj.at("rollout", n)
             prompts = [p.prompt for p in mine]
-            if self.vllm is not None:
-                comp = self.vllm.generate(prompts, info.device)
-            else:
-                with self.engine.generation_model() as model:
-                    comp = generate_hf(model, self.tokenizer, prompts, cfg, info.device)
+            comp = (self.vllm or self.rollout_copy).generate(prompts, info.device)
 
         with gd.phase("reward"):
             inj.at("reward", n)
@@ -125,7 +122,24 @@ class Trainer:
         }
         if kl is not None:
             metrics["kl"] = kl.item()
+        if comp.logprobs is not None:  # the engine's log-probs against the trainer's: stale-rollout-weights' drift
+            metrics["logprob_diff"] = ((logp.detach() - comp.logprobs).abs() * comp.completion_mask).sum().item() / max(
+                1, int(comp.completion_mask.sum().item()))
         return metrics
+
+    def push_weights(self, n: int) -> None:
+        """The policy's weights into the rollout engine, then (every Nth step) grpo-doctor's check that the
+        engine holds them: the trainer's side is fingerprinted as the push walks it (ZeRO-3 gathers once)."""
+        engine = self.vllm or self.rollout_copy
+        params = self.engine.named_full_parameters()
+        every = self.cfg.weight_sync_check_every
+        check = None
+        if every and n % every == 0:
+            check = gd.WeightSyncCheck(engine.engine_weights, name_map=engine.name_map, engine=engine.engine_name)
+            params = check.tap(params)
+        engine.sync_weights(params, skip=self.injector.stale_weights(n))
+        if check is not None:
+            check.compare(step=n)
 
     def record_rollouts(self, n: int, prompts: list[str], comp, rewards: list[float], first: int) -> None:
         """This rank's completions as grpo-doctor sees them; `first`: index of the first in the global batch."""
@@ -149,18 +163,22 @@ def build_trainer(cfg: TrainConfig, info: DistInfo, workdir: Path) -> Trainer:
     injector = Injector(cfg.faults, info.rank, info.device)
     # TRL's set_seed(seed, device_specific=True): each sampling process its own stream.
     sampling_rank = injector.sampling_rank(info.rank, info.node_rank)
-    vllm = None
+    vllm = rollout_copy = None
     sampling_seed = cfg.seed + sampling_rank
     if cfg.rollout == "vllm":
         model_dir = save_model(policy, tokenizer, workdir / "policy") if cfg.model == "tiny" else cfg.model
         base = cfg.seed if cfg.vllm_seed is None else cfg.vllm_seed
         sampling_seed = base + sampling_rank
-        vllm = VLLMRollout(model_dir, tokenizer, cfg, seed=sampling_seed)
+        vllm = VLLMRollout(model_dir, tokenizer, cfg, seed=sampling_seed,
+                           name_map=gd.vllm_name_map({n: p.shape for n, p in policy.named_parameters()}))
+    else:  # before the engine wraps the policy: ZeRO-3 would leave the copy empty shards
+        rollout_copy = HFRollout(policy, tokenizer, cfg, info.device)
     engine = build_engine(policy, cfg, info)
     torch.manual_seed(cfg.seed + sampling_rank)
     # Before the first rollout, as a collision must be seen; rank 0 prints ranks sharing a seed.
     gd.seed_audit("init", sampling_seed=sampling_seed, compare_across_ranks=True)
-    return Trainer(cfg, info, engine, reference.to(info.device), tokenizer, injector, sampling_seed, vllm)
+    return Trainer(cfg, info, engine, reference.to(info.device), tokenizer, injector, sampling_seed, vllm,
+                   rollout_copy)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,7 +26,6 @@ Typical use:
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,7 +36,7 @@ from grpo_doctor.analysis.completion_rewards import number, reward_functions, we
 from grpo_doctor.analysis.metric_names import ALIASES, SWIFT, TRL, canonical_frame
 from grpo_doctor.checks.groups import duplicate_rate, group_members
 from grpo_doctor.checks.rollout_rules import NONFINITE_CHECKED
-from grpo_doctor.schema.metric_vocab import with_swift_step
+from grpo_doctor.schema.metric_vocab import nonfinite, with_swift_step
 from grpo_doctor.schema.safe_read import loads_bounded, open_text, read_json
 
 METRIC_LOG_NAMES = ("trainer_state.json", "logging.jsonl", "completions.jsonl")
@@ -180,8 +179,8 @@ def add_steps(log: MetricLog, entries: list[dict[str, Any]]) -> None:
     for entry in entries:
         for name in NONFINITE_CHECKED:
             value = next((entry[key] for key in ALIASES[name] if key in entry), None)
-            if isinstance(value, float) and not math.isfinite(value):
-                log.nonfinite.append({"step": entry["step"], "metric": name, "value": value})
+            if (bad := nonfinite(value)) is not None:  # a float, or the text transformers 5 prints
+                log.nonfinite.append({"step": entry["step"], "metric": name, "value": bad})
     # ms-swift's plain reward_std is the mean of group stds; TRL's (and any other's) the batch std
     reward_std_is = "group_mean" if log.source == SWIFT and log.args.get("scale_rewards") != "batch" else "batch"
     frame = canonical_frame(pd.DataFrame(entries), reward_std_is=reward_std_is)

@@ -38,6 +38,7 @@ from grpo_doctor.schema.records import (  # noqa: F401  (the record types are th
     Rollout,
     Step,
     UnknownRecord,
+    WeightSync,
     check_when,
     encode_values,
     field_order,

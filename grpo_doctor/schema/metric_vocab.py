@@ -155,6 +155,14 @@ def _number(value: Any) -> float:
     return math.nan
 
 
+def nonfinite(value: Any) -> float | None:
+    """A logged value that is NaN or infinite, as a float (None otherwise). The HF Trainer of transformers
+    5 prints its metrics as text (`'grad_norm': 'nan'`), so a text that reads as such a number counts too."""
+    if isinstance(value, str) and value.strip().lower().lstrip("+-") in ("nan", "inf", "infinity"):
+        value = float(value.strip())
+    return value if isinstance(value, float) and not math.isfinite(value) else None
+
+
 def framework_of(names) -> str:
     """VERL, OPENRLHF, SWIFT or TRL (the Hugging Face Trainer's names, and anything not told apart)."""
     names = list(names)

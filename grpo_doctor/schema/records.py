@@ -43,6 +43,7 @@ class RecordKind(str, Enum):
     END = "end"
     ROLLOUT = "rollout"
     RNG = "rng"
+    WEIGHT_SYNC = "weight_sync"
 
     def __str__(self) -> str:
         return self.value
@@ -232,6 +233,41 @@ class Rng(Record):
 
 
 @dataclass(frozen=True)
+class WeightSync(Record):
+    """The trainer's weights compared with the rollout engine's right after a weight push (rank/weight_sync.py).
+
+    Each tensor's fingerprint is its sum (float32 per chunk of up to 4,096 elements, float64 over the
+    chunks) and `num_samples` elements at fixed pseudo-random flat indices, taken on each side where
+    the tensor lives. `mismatched` lists the first tensors that differ, each as {"name" (the trainer's),
+    "engine_name", "trainer_sum", "engine_sum", "samples_differing"} (sums as floats, "NaN" when NaN).
+    Tensors without a counterpart are listed by name, never skipped in silence: `trainer_only` (no
+    engine tensor: a name map that misses it, a tensor the sync leaves out), `engine_only` (an engine
+    tensor no trainer tensor fed), `unchecked` ({"name", "why"}: shapes that differ beyond vocabulary
+    padding, quantized engine weights). Each list holds the first few; the `num_*` fields count all.
+    `checked` False: the engine's weights cannot be read from this process (a vLLM server), `reason`
+    says why and nothing was compared. A new kind: readers that predate it see an `UnknownRecord`
+    of kind "weight_sync" and go on.
+    """
+
+    KIND: ClassVar[RecordKind] = RecordKind.WEIGHT_SYNC
+    engine: str  # "hf-copy", "vllm-colocate", "trl-vllm-colocate", "trl-vllm-server", or the caller's label
+    checked: bool
+    num_tensors: int = 0  # trainer tensors compared with their engine counterpart
+    num_elements: int = 0  # the elements those tensors hold
+    num_mismatched: int = 0
+    mismatched: list[dict[str, Any]] = field(default_factory=list)
+    num_trainer_only: int = 0
+    trainer_only: list[str] = field(default_factory=list)
+    num_engine_only: int = 0
+    engine_only: list[str] = field(default_factory=list)
+    num_unchecked: int = 0
+    unchecked: list[dict[str, Any]] = field(default_factory=list)
+    num_samples: int = 0  # sampled elements per tensor
+    duration_s: float | None = None  # wall s in the check, not the push (on a GPU: the one transfer's wait)
+    reason: str | None = None  # why nothing was compared (checked False)
+
+
+@dataclass(frozen=True)
 class UnknownRecord:
     """A well-formed line of a kind this version does not know (written by a newer grpo-doctor)."""
 
@@ -244,7 +280,7 @@ class UnknownRecord:
 
 
 RECORD_TYPES: dict[str, type[Record]] = {
-    cls.KIND.value: cls for cls in (Header, PhaseBegin, PhaseEnd, Step, Memory, Error, End, Rollout, Rng)
+    cls.KIND.value: cls for cls in (Header, PhaseBegin, PhaseEnd, Step, Memory, Error, End, Rollout, Rng, WeightSync)
 }
 
 

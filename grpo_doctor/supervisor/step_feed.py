@@ -44,6 +44,9 @@ from grpo_doctor.schema.metric_vocab import (
     launch_arg,
     zero_std_is_batch_flag,
 )
+from grpo_doctor.schema.metric_vocab import (
+    nonfinite as nonfinite_value,
+)
 
 EVENT_LOG_SOURCE = "grpo-doctor"  # analysis/rollout_tables.EVENT_LOG_SOURCE: the report's name for the event log
 MAX_OPEN_STEPS = 16  # steps of the event log waiting for their last rank; the oldest is handed on past this
@@ -203,10 +206,10 @@ class StepFeed:
             # ms-swift's plain reward_std is the mean of group stds (its --scale_rewards is not in the output)
             metrics = canonical_metrics(entry, "group_mean" if framework == "ms-swift" else "batch")
             nonfinite = {}
-            for name in NONFINITE_CHECKED:
-                value = next((entry[key] for key in ALIASES[name] if key in entry), None)
-                if isinstance(value, float) and not math.isfinite(value):
-                    nonfinite[name] = value
+            for name in NONFINITE_CHECKED:  # as analysis/metric_logs.add_steps reads them
+                bad = nonfinite_value(next((entry[key] for key in ALIASES[name] if key in entry), None))
+                if bad is not None:
+                    nonfinite[name] = bad
             out.append(LoggedStep(framework, int(entry["step"]), {k: v for k, v in metrics.items() if not math.isnan(v)},
                                   nonfinite=nonfinite))
         return out

@@ -31,6 +31,7 @@ from grpo_doctor.schema import (
     Rollout,
     RunPaths,
     Step,
+    WeightSync,
     field_order,
 )
 
@@ -57,6 +58,11 @@ def _records(rank: int, world_size: int) -> list:
                 length_mean=12.0, length_min=12, length_max=12, truncated_frac=0.0, reward_mean=1.0, reward_std=0.5,
                 group_reward_std_mean=0.5, zero_std_frac=0.0, temperature=1.0, max_length=64,
                 samples=[{"group": 0, "prompt": "2+2=", "completion": "4", "reward": 1.0}]),
+        WeightSync(**c(rank, 0, 100.8), engine="hf-copy", checked=True, num_tensors=2, num_elements=10,
+                   num_mismatched=1, mismatched=[{"name": "w", "engine_name": "w[0:4]", "trainer_sum": 1.5,
+                                                  "engine_sum": "NaN", "samples_differing": 1}],
+                   num_trainer_only=1, trainer_only=["b"], num_engine_only=1, engine_only=["e"], num_unchecked=1,
+                   unchecked=[{"name": "u", "why": "shape"}], num_samples=4, duration_s=0.01),
         PhaseEnd(**c(rank, 0, 102.0), phase="rollout", path="rollout", duration_s=1.0, synced=False),
         Memory(**c(rank, 0, 102.1), tag="step", host_rss_bytes=10 * 2**30, allocated_bytes=5 * 2**30,
                gpu_processes=[{"pid": 1000 + rank, "used_bytes": 6 * 2**30}]),
@@ -122,7 +128,7 @@ _json = st.recursive(_scalars, lambda inner: st.lists(inner, max_size=3) | st.di
                                                                                            max_size=3), max_leaves=12)
 _rank_line = st.one_of(
     # a real record with some of its fields replaced by any JSON value
-    st.tuples(st.sampled_from(range(10)), st.dictionaries(st.sampled_from(sorted({n for _, n in VARIANTS})), _json,
+    st.tuples(st.sampled_from(range(len(_records(0, 2)))), st.dictionaries(st.sampled_from(sorted({n for _, n in VARIANTS})), _json,
                                                           max_size=3)).map(lambda t: json.dumps(
                                                               {**_records(0, 2)[t[0]].to_dict(), **t[1]})),
     _json.map(json.dumps),

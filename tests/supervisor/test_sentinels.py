@@ -132,6 +132,19 @@ def test_the_jobs_printed_trl_dicts_alone_are_judged_as_the_report_judges_watchs
     assert _said(sentinels) == _reported(run_dir) and ("constant-reward", 1) in _said(sentinels)
 
 
+def test_a_nan_gradient_printed_as_text_as_transformers_5_prints_it_is_nan_loss_live_and_in_the_report(tmp_path):
+    host_dir = tmp_path / "run" / "supervisor" / "node-0"
+    host_dir.mkdir(parents=True)
+    rows = [{"loss": "0.01", "grad_norm": "0.4", "reward": "0.5"}] * 4 + [{"loss": "0.01", "grad_norm": "nan"}] * 2
+    text = "".join(repr(row) + "\n" for row in rows)
+    (host_dir / "stdout.log").write_text(text)
+    sentinels = Sentinels("node-0", host_dir / "live-findings.json", write=lambda what, fn: fn() or True)
+    sentinels.submit_output("stdout", text.encode())
+    lines = sentinels.check([]) + sentinels.finish()
+    assert any(line.startswith("live: CRITICAL nan-loss at step 5") for line in lines), lines
+    assert _said(sentinels) == _reported(tmp_path / "run") == {("nan-loss", 5)}
+
+
 def test_printed_lines_are_not_judged_beside_rank_records_that_hold_the_same_metrics(tmp_path):
     run_dir = _run_dir(tmp_path, [HEALTHY] * 8)
     sentinels = Sentinels("node-0", tmp_path / "live.json", write=lambda what, fn: fn() or True)

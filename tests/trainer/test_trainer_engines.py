@@ -10,9 +10,9 @@ from grpo_doctor.schema import Memory, PhaseBegin, Step
 STEPS = 3
 # B=2 < G=4: the four copies of the step's prompt are spread over both ranks, as in TRL.
 HEALTHY = ("--steps", str(STEPS), "--per-device-batch", "2", "--num-generations", "4")
-PHASE_ORDER = ["rollout", "reward", "ref-logprob", "forward", "backward", "optimizer-step"]
+PHASE_ORDER = ["weight-sync", "rollout", "reward", "ref-logprob", "forward", "backward", "optimizer-step"]
 METRICS = {"loss", "kl", "reward", "reward_std", "frac_reward_zero_std", "frac_identical_groups", "grad_norm",
-           "lr", "completion_length", "num_tokens"}
+           "lr", "completion_length", "num_tokens", "logprob_diff"}
 
 pytestmark = pytest.mark.distributed
 

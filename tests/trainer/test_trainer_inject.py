@@ -27,6 +27,7 @@ def test_every_fault_parses_with_its_defaults():
     assert parse_fault("crash:rank=1,step=0") == Fault("crash", rank=1, step=0, how="exception", phase="forward")
     assert parse_fault("nan-loss:step=2") == Fault("nan-loss", step=2)
     assert parse_fault("nan-loss:step=2,rank=1") == Fault("nan-loss", step=2, rank=1)
+    assert parse_fault("stale-weights:step=3") == Fault("stale-weights", step=3)
 
 
 def test_catalogue_names_every_fault_and_key():
@@ -73,8 +74,8 @@ def test_faults_that_cannot_fire_in_this_run_are_named():
     assert check_faults_for_world([hang], 4, beta=0.04, rollout="hf") is None
     ref = parse_fault("slow:rank=0,phase=ref-logprob")
     assert "never runs with --beta 0" in check_faults_for_world([ref], 2, beta=0.0, rollout="hf")
-    sync = parse_fault("crash:rank=0,step=0,phase=weight-sync")
-    assert "only with --rollout vllm" in check_faults_for_world([sync], 2, beta=0.04, rollout="hf")
+    sync = parse_fault("crash:rank=0,step=0,phase=weight-sync")  # HF rollouts push into their rollout copy too
+    assert check_faults_for_world([sync], 2, beta=0.04, rollout="hf") is None
     desync = parse_fault("desync:rank=0,step=0")
     assert "at least 2 ranks" in check_faults_for_world([desync], 1, beta=0.04, rollout="hf")
 
@@ -93,6 +94,14 @@ def test_faults_only_fire_on_their_rank_and_from_their_step():
     assert not rank0.nan_loss(5)
     assert [rank1.nan_loss(s) for s in range(4)] == [False, False, True, True]
     assert rank0.reward_override() == rank1.reward_override() == 0.5
+
+
+def test_stale_weights_skips_the_push_from_its_step_on_and_on_its_rank_only():
+    every = Injector([parse_fault("stale-weights:step=3")], rank=1, device=torch.device("cpu"))
+    assert [every.stale_weights(s) for s in range(5)] == [False, False, False, True, True]
+    one = [parse_fault("stale-weights:step=0,rank=1")]
+    assert not Injector(one, rank=0, device=torch.device("cpu")).stale_weights(4)
+    assert Injector(one, rank=1, device=torch.device("cpu")).stale_weights(0)
 
 
 def test_crash_raises_a_runtime_error_in_its_phase_and_step_only():
