@@ -129,6 +129,27 @@ class Nvml:
             return None
         return uuid.decode() if isinstance(uuid, bytes) else uuid
 
+    def place_of(self, gpu_uuid: str | None) -> tuple[int | None, str | None]:
+        """(NVML index, as nvidia-smi numbers the GPU; PCI bus id "00000000:3B:00.0") of the GPU with this
+        UUID; (None, None) without NVML or where it cannot say."""
+        if gpu_uuid is None or not self._ensure():
+            return None, None
+        nv = self._pynvml
+        try:
+            handle = nv.nvmlDeviceGetHandleByUUID(gpu_uuid)
+        except nv.NVMLError:
+            return None, None
+        try:
+            index = int(nv.nvmlDeviceGetIndex(handle))
+        except nv.NVMLError:
+            index = None
+        try:
+            bus_id = nv.nvmlDeviceGetPciInfo(handle).busId
+            bus_id = bus_id.decode() if isinstance(bus_id, bytes) else str(bus_id)
+        except nv.NVMLError:
+            bus_id = None
+        return index, bus_id
+
     def processes(self, gpu_uuid: str) -> list[GpuProcess]:
         if not self._ensure():
             return []

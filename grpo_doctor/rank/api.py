@@ -20,11 +20,12 @@ from __future__ import annotations
 import functools
 import operator
 import os
+import sys
 import threading
 from pathlib import Path
 from typing import Any
 
-from grpo_doctor.rank import hooks, memory_history
+from grpo_doctor.rank import hooks, layout, memory_history
 from grpo_doctor.rank.identity import RankIdentity
 from grpo_doctor.rank.messages import say
 from grpo_doctor.rank.recorder import Recorder
@@ -169,6 +170,65 @@ def memory_snapshot(tag: str = "snapshot") -> Memory | None:
     except Exception as exc:  # an observer must not take the run down
         _say(f"memory_snapshot failed ({type(exc).__name__}: {exc}); continuing without it")
         return None
+
+
+def parallel_group(name: str | None, group: Any, *, dim: str | None = None) -> None:
+    """Record that this rank is a member of a process group: `group` a torch ProcessGroup (its members
+    are read) or the members' global ranks. `name` is the job's name for it ("tp", "expert"); `dim` the
+    parallel dimension, else read from the name (rank/layout.py: "TENSOR_MODEL_PARALLEL_GROUP" is tp).
+    The report names a hung, slow or crashed rank's groups with it, and judges whether the ranks that
+    stand out share a host, a group across hosts, or neither."""
+    rec = _recorder if _recorder is not None else _auto_init()
+    if rec is None:
+        return
+    try:
+        if isinstance(group, (list, tuple, range)):
+            ranks = [operator.index(r) for r in group]
+            entry = {"ranks": ranks, "name": layout.job_name(name), "dim": dim or layout.dim_of(name),
+                     "pg_name": None, "source": "api"}
+        else:
+            entry = layout.group_entry(_dist(), group, name=name, source="api", dim=dim)
+        if entry is not None and entry["ranks"]:
+            rec.parallel_group(**entry)
+    except Exception as exc:  # noqa: BLE001 - an observer must not take the run down
+        _say(f"parallel_group({name!r}) ignored ({type(exc).__name__}: {exc})")
+
+
+def device_mesh(mesh: Any) -> None:
+    """Record this rank's group along each dimension of a torch DeviceMesh, named by its mesh_dim_names."""
+    rec = _recorder if _recorder is not None else _auto_init()
+    if rec is None:
+        return
+    try:
+        for entry in layout.mesh_groups(_dist(), mesh, source="api"):
+            rec.parallel_group(**entry)
+    except Exception as exc:  # noqa: BLE001
+        _say(f"device_mesh() ignored ({type(exc).__name__}: {exc})")
+
+
+def parallel_layout() -> int:
+    """Record this rank's groups as the frameworks the job imported keep them (Megatron's parallel_state,
+    vLLM's and SGLang's GroupCoordinators, DeepSpeed's utils.groups); how many were recorded. Call it once
+    the framework has made its groups. `watch --instrument` records groups as they are made, without it."""
+    rec = _recorder if _recorder is not None else _auto_init()
+    if rec is None:
+        return 0
+    try:
+        entries = layout.framework_groups(sys.modules.get("torch.distributed"))
+    except Exception as exc:  # noqa: BLE001
+        _say(f"parallel_layout() read nothing ({type(exc).__name__}: {exc})")
+        return 0
+    for entry in entries:
+        rec.parallel_group(**entry)
+    return len(entries)
+
+
+def _dist():
+    """torch.distributed as the job imported it (never imported here)."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is None:
+        raise RuntimeError("torch.distributed is not imported")
+    return dist
 
 
 def flush() -> None:

@@ -31,6 +31,7 @@ from grpo_doctor.schema import (
     Error,
     Header,
     Memory,
+    ParallelGroup,
     PhaseBegin,
     PhaseEnd,
     RunPaths,
@@ -74,6 +75,7 @@ class Recorder:
         )
         try:
             self.gpu_uuid = current_gpu_uuid(ident.local_rank, self.nvml)
+            self.gpu_index, self.gpu_pci_bus_id = _gpu_place(self.nvml, self.gpu_uuid)
             self.sink.write_now([self._header()])
         except BaseException:
             self.sink.close(timeout_s=1.0)  # release the rank file's lock and the flush thread
@@ -131,6 +133,13 @@ class Recorder:
         record = Memory(*self._common(self.current_step), tag=tag, **fields)
         self.sink.enqueue(record)
         return record
+
+    def parallel_group(self, ranks: list[int], name: str | None, dim: str | None, pg_name: str | None,
+                       source: str, **mesh: Any) -> None:
+        """Record that this rank is a member of a process group (schema ParallelGroup; `mesh`: its mesh_*
+        fields, for a DeviceMesh dimension)."""
+        self.sink.enqueue(ParallelGroup(*self._common(self.current_step), ranks=ranks, name=name, dim=dim,
+                                        pg_name=pg_name, source=source, **mesh))
 
     def exception(self, exc_type, exc, tb, fatal: bool = True) -> None:
         """Record an exception that is ending the process (or a thread, when fatal is False)."""
@@ -213,12 +222,22 @@ class Recorder:
             node_rank=i.node_rank,
             local_world_size=i.local_world_size,
             gpu_uuid=self.gpu_uuid,
+            gpu_index=self.gpu_index,
+            gpu_pci_bus_id=self.gpu_pci_bus_id,
             versions=collect_versions(self.nvml),
             launch={**collect_launch_settings(os.environ), **LAUNCH_EXTRAS},
             argv=list(sys.argv),
             attempt=i.attempt,
             **memory_capacities(),
         )
+
+
+def _gpu_place(nvml: Nvml, gpu_uuid: str | None) -> tuple[int | None, str | None]:
+    """The GPU's NVML index and PCI bus id; (None, None) where they cannot be had (never raises)."""
+    try:
+        return nvml.place_of(gpu_uuid)
+    except Exception:  # noqa: BLE001 - a GPU's place is a detail: the header goes without it
+        return None, None
 
 
 def _cuda_sync() -> bool:

@@ -30,6 +30,7 @@ from grpo_doctor.schema.records import (  # noqa: F401  (the record types are th
     Error,
     Header,
     Memory,
+    ParallelGroup,
     PhaseBegin,
     PhaseEnd,
     Record,

@@ -44,6 +44,7 @@ class RecordKind(str, Enum):
     ROLLOUT = "rollout"
     RNG = "rng"
     WEIGHT_SYNC = "weight_sync"
+    PARALLEL_GROUP = "parallel_group"
 
     def __str__(self) -> str:
         return self.value
@@ -95,6 +96,10 @@ class Header(Record):
     argv: list[str]
     attempt: int = 0  # TORCHELASTIC_RESTART_COUNT
     schema_version: int = SCHEMA_VERSION
+    # Where this rank's GPU sits, as NVML numbers it (nvidia-smi's index, "00000000:3B:00.0"); None on CPU,
+    # without NVML, or in headers of earlier versions. gpu_uuid above is the same GPU's UUID.
+    gpu_index: int | None = None
+    gpu_pci_bus_id: str | None = None
     # The memory this process may use, as it stood when the rank started (None: unknown or unlimited):
     # the machine's physical RAM, its memory cgroup's limit (memory.max, the tightest up the cgroup tree)
     # and its address-space limit (RLIMIT_AS, `ulimit -v`). Absent from headers of earlier versions.
@@ -268,6 +273,32 @@ class WeightSync(Record):
 
 
 @dataclass(frozen=True)
+class ParallelGroup(Record):
+    """One process group this rank is a member of (rank/auto/groups.py, or the rank API's
+    `parallel_group` / `device_mesh` / `parallel_layout`), written when the group is made.
+
+    `ranks`: its members as global ranks, in group-rank order (a rank's position in it is its group
+    rank: a pipeline group's position is the stage). `name`: the job's own name for it where it gives one
+    (torch's `group_desc`, Megatron's "TENSOR_MODEL_PARALLEL_GROUP", a DeviceMesh dimension's name,
+    vLLM's "tp"), else None. `dim`: the parallel dimension that name says ("tp", "pp", "dp", "cp", "ep",
+    or a mesh dimension's own name), None where it says none. `pg_name`: torch's group_name. `source`:
+    "new_group", "new_subgroups", "device_mesh", "api", or the framework read by `parallel_layout()`. For
+    a DeviceMesh dimension: `mesh_shape` ([2, 2]), `mesh_dim_names` (["dp", "tp"]) and `mesh_dim` (1).
+    A new kind: readers that predate it see an `UnknownRecord` of kind "parallel_group" and go on.
+    """
+
+    KIND: ClassVar[RecordKind] = RecordKind.PARALLEL_GROUP
+    ranks: list[int]
+    name: str | None = None
+    dim: str | None = None
+    pg_name: str | None = None
+    source: str = "api"
+    mesh_shape: list[int] | None = None
+    mesh_dim_names: list[str] | None = None
+    mesh_dim: int | None = None
+
+
+@dataclass(frozen=True)
 class UnknownRecord:
     """A well-formed line of a kind this version does not know (written by a newer grpo-doctor)."""
 
@@ -280,7 +311,8 @@ class UnknownRecord:
 
 
 RECORD_TYPES: dict[str, type[Record]] = {
-    cls.KIND.value: cls for cls in (Header, PhaseBegin, PhaseEnd, Step, Memory, Error, End, Rollout, Rng, WeightSync)
+    cls.KIND.value: cls for cls in (Header, PhaseBegin, PhaseEnd, Step, Memory, Error, End, Rollout, Rng, WeightSync,
+                                        ParallelGroup)
 }
 
 

@@ -20,6 +20,13 @@ hangs and the library frame around it; analysis/culprit_kind.py), `stack_dirs`, 
 `waiting_ranks`, `idle_s` ({culprit: s}), `timeout_ms`, `waiting_calls` ({rank: {"op", "site", ...}}:
 the collective each waiting rank timed out in), `waiting_errors`, `ended` ({culprit: how it ended}).
 
+Where the culprits are (analysis/parallel_layout.py, from the rank headers and `parallel_group` records):
+`coordinates` ({rank: {"host", "local_rank", "gpu_index", "gpu_pci_bus_id", "gpu_uuid", "groups"}}),
+`fault_domain` ("rank", "host", "group" or "scattered": one rank; all on one machine, or every rank of
+several; one group across machines; neither), `fault_hosts`, `fault_group` ({"label", "index", "ranks",
+"hosts", ...}); the title names the first culprit's place and the verdict ("drain host X", "check that
+group's links", "a code path, not the hardware"), and its remedy leads the hints after the stack's own.
+
 Across hosts: the watches of a job's nodes give one verdict (supervisor/fleet.py), and looks of several
 hosts at one hang are merged (analysis/hang_reports.py). Such a hang is one finding on the rank(s) the
 others wait for, whatever host they ran on, with `rank_hosts` ({rank: host}), `hosts_merged` (every
@@ -39,6 +46,8 @@ from grpo_doctor.analysis.culprit_kind import CulpritKind, classify
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.hang_stacks import culprit_evidence, hang_captures, main_frames
 from grpo_doctor.analysis.load import Evidence
+from grpo_doctor.analysis.parallel_layout import HINTS as LAYOUT_HINTS
+from grpo_doctor.analysis.parallel_layout import place
 from grpo_doctor.analysis.rank_progress import collective_failures, completed, rank_positions
 from grpo_doctor.checks.stack_groups import collective_call
 from grpo_doctor.schema.ranks import format_ranks
@@ -94,7 +103,7 @@ def kind_hint(kind: CulpritKind | None, rank: int | str) -> str | None:
 
 
 HINTS = (*(kind_hint(CulpritKind(k), "N") for k in KIND_HINTS),
-         HINT_STACKS, HINT_LAUNCH, HINT_FR, HINT_TIMEOUT, HINT_PROBE, HINT_NO_STACKS)
+         HINT_STACKS, HINT_LAUNCH, HINT_FR, HINT_TIMEOUT, HINT_PROBE, HINT_NO_STACKS, *LAYOUT_HINTS)
 
 
 def hints_for(run: Evidence, kind: CulpritKind | None = None, rank: int | None = None, stack_shown: bool = False,
@@ -191,6 +200,8 @@ def _from_watch(run: Evidence) -> Iterator[Finding]:
         else:
             title = f"hang on {host}: no progress from rank(s) {format_ranks(named)}{where}{at}"
         named_hosts = tuple(dict.fromkeys(report.host_of(r) for r in named)) if hosts_merged else ()
+        placed = place(run, culprits or odd, {r: report.host_of(r) for r in ranks_info}, judge=bool(culprits))
+        title += placed.clause
         yield Finding(
             id=ID, severity="critical", title=title, ranks=tuple(named),
             hosts=named_hosts or ((host,) if host else ()), step=step, phase=phase,
@@ -205,8 +216,8 @@ def _from_watch(run: Evidence) -> Iterator[Finding]:
                       "flight_recorder_files": list(report.flight_recorder_files),
                       **({"ray_roles": roles} if roles else {}),
                       **({"ray_workers_without_rank": list(report.actors)} if report.actors else {}),
-                      **_across_hosts(report, hosts_merged)},
-            hints=_watch_hints(run, kinds, stacks["culprit_stacks"], report.flight_recorder_files),
+                      **_across_hosts(report, hosts_merged), **placed.evidence},
+            hints=_watch_hints(run, kinds, stacks["culprit_stacks"], report.flight_recorder_files, placed.hints),
         )
         if hosts_merged and culprits:
             yield from _waiting_on_each_host(report, captures, culprits)
@@ -262,11 +273,15 @@ def _culprit_kinds(captures: list, ranks: list[int], ranks_info: dict[int, HangR
             for r in ranks if r in by_rank and main_frames(by_rank[r])}
 
 
-def _watch_hints(run: Evidence, kinds: dict[int, CulpritKind], shown: dict, fr_files) -> tuple[str, ...]:
-    """The first named rank whose stack tells what it waits on leads the remedies."""
+def _watch_hints(run: Evidence, kinds: dict[int, CulpritKind], shown: dict, fr_files,
+                 domain_hints: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The first named rank whose stack tells what it waits on leads the remedies; where the culprits
+    are (a machine, a group's links, a code path) comes next, or first where the stack tells nothing."""
     rank = next((r for r, k in kinds.items() if k.kind in KIND_HINTS), None)
-    return hints_for(run, kinds.get(rank) if rank is not None else None, rank, stack_shown=rank in shown,
-                     flight_recorder_files=tuple(fr_files))
+    hints = hints_for(run, kinds.get(rank) if rank is not None else None, rank, stack_shown=rank in shown,
+                      flight_recorder_files=tuple(fr_files))
+    lead = 1 if rank is not None else 0
+    return (*hints[:lead], *domain_hints, *hints[lead:])
 
 
 def _ray_workers_title(host: str | None, actors: tuple[dict, ...]) -> str:
@@ -366,19 +381,20 @@ def _event_log_finding(run: Evidence, positions: dict, culprits: list[int], wait
                        idle_s: dict[int, float], what_others_did: str, extra: dict) -> Finding:
     lead = positions[culprits[0]]
     hosts = sorted({h for r in culprits if (h := positions[r].host)})
+    placed = place(run, culprits, {r: p.host for r, p in positions.items()})
     return Finding(
         id=ID, severity="critical",
         title=(f"rank(s) {format_ranks(culprits)} stayed in {lead.open_path} at step {lead.step} for "
-               f"{idle_s[culprits[0]]:.0f} s without progress; {what_others_did}"),
+               f"{idle_s[culprits[0]]:.0f} s without progress; {what_others_did}{placed.clause}"),
         ranks=tuple(culprits), hosts=tuple(hosts), step=lead.step, phase=lead.open_path,
         evidence={"source": "event-log", "culprits": culprits, "waiting_ranks": waiting,
                   "open_phases": {r: p.open_path for r, p in positions.items()},
                   "steps": {r: p.step for r, p in positions.items()},
                   "max_idle_s": max(idle_s.values()), "idle_s": idle_s, **extra,
                   "ended": {r: positions[r].end_signal or positions[r].end_reason or "no end record"
-                            for r in culprits}},
-        hints=(HINT_NO_STACKS, *(h for h in hints_for(run, _phase_kind(lead.open_path), culprits[0])
-                                 if h != HINT_STACKS)),
+                            for r in culprits}, **placed.evidence},
+        hints=(HINT_NO_STACKS, *placed.hints, *(h for h in hints_for(run, _phase_kind(lead.open_path), culprits[0])
+                                                if h != HINT_STACKS)),
     )
 
 

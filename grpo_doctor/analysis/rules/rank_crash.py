@@ -17,6 +17,12 @@ that shows the kill), `exception` (the rank's last Python traceback, "Type: mess
 `component` ("vllm-engine", "vllm-worker", "ray-actor", "process": a fatal signal's report,
 "launcher": torchrun's ChildFailedError without an entry), `actor`, `ip`, `exit_type`, `exit_detail`,
 `num_reports`.
+
+Where the ranks that failed on their own are (analysis/parallel_layout.py, from the rank headers and
+`parallel_group` records): `coordinates` ({rank: {"host", "local_rank", "gpu_index", "gpu_pci_bus_id",
+"gpu_uuid", "groups"}}), `fault_domain` ("rank", "host", "group" or "scattered"), `fault_hosts`,
+`fault_group`; the title names the first rank's place and the verdict ("all 8 ranks of host X: drain host
+X"). Collateral ranks and ranks stopped from outside are not placed.
 """
 from __future__ import annotations
 
@@ -27,6 +33,8 @@ from typing import Any
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.analysis.log_crashes import crashes_from_logs
+from grpo_doctor.analysis.parallel_layout import HINTS as LAYOUT_HINTS
+from grpo_doctor.analysis.parallel_layout import Placement, place
 from grpo_doctor.schema import End
 from grpo_doctor.schema.ranks import format_ranks
 
@@ -41,6 +49,7 @@ HINTS = (
     "limit), then lower host memory use (fewer dataloader_num_workers, less CPU offload: DeepSpeed offload_param / "
     "offload_optimizer, ms-swift --offload_model / --offload_optimizer, smaller batch).",
     "Exit on SIGABRT after an NCCL timeout: the crash is a symptom; see the nccl-timeout / hang findings.",
+    *LAYOUT_HINTS,
 )
 HINT_CUDA_FAULT = ("A CUDA fault is reported asynchronously, often at a later call than the one that caused it: rerun "
                    "that rank with CUDA_LAUNCH_BLOCKING=1 to raise it where it happens, or under `compute-sanitizer "
@@ -150,14 +159,17 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
                      "a scheduler time limit, preemption, the launcher or Ctrl-C")
         else:
             title = f"rank(s) {format_ranks(ranks)} crashed: {how}{where}"
+        placed = Placement() if collateral or stopped else place(
+            run, ranks, {r: run.host_of(r) or crashes[r].get("host") for r in ranks})
+        title += placed.clause
         hosts = sorted({h for h in (run.host_of(r) or crashes[r].get("host") for r in ranks) if h})
         yield Finding(
             id=ID, severity="warning" if collateral or stopped else "critical", title=title, ranks=tuple(ranks),
             hosts=tuple(hosts), step=step, phase=phase,
             evidence={"exc_type": exc_type, "message": info.get("message"), "signal": signal, "exitcode": exitcode,
                       "source": info.get("source"), "root_cause": info.get("root_cause"),
-                      **{k: info[k] for k in LOG_KEYS if info.get(k) is not None}},
-            hints=_hints(signal, exitcode, info),
+                      **{k: info[k] for k in LOG_KEYS if info.get(k) is not None}, **placed.evidence},
+            hints=_hints(signal, exitcode, info) + placed.hints,
         )
 
 

@@ -23,6 +23,13 @@ A finding for several ranks has `phases` over them ({path: the medians over its 
 above, and `num_ranks`, how many were slow in it}), `ratio` (the median rank's, in the worst phase) and
 `ranks` ({rank: its own `phases`}).
 
+Where the job recorded its process groups (analysis/parallel_layout.py), slow ranks on several hosts that
+share one group spanning machines (a pp stage chain, a dp group) are one finding about that group's links
+(`scope` "group"), not a scattered one. Every finding then carries `coordinates` ({rank: {"host",
+"local_rank", "gpu_index", "gpu_pci_bus_id", "gpu_uuid", "groups"}}) and its title the first rank's place
+("rank 537: host gpu-a67, GPU 1, tp group 67 (ranks 536-543), pp stage 2"); a finding for several ranks
+also `fault_domain` ("host", "group" or "scattered"), `fault_hosts` and `fault_group`.
+
 Also every `straggler` problem `grpo-doctor probe` found before training (its
 `probe/` files): evidence keys `source` ("probe"), `probe_file`, `message`, `nodes`.
 """
@@ -36,6 +43,7 @@ import numpy as np
 from grpo_doctor.analysis import remedies
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.load import Evidence
+from grpo_doctor.analysis.parallel_layout import HINT_GROUP_LINKS, place
 from grpo_doctor.analysis.probe_evidence import probe_findings
 from grpo_doctor.schema.ranks import format_ranks
 
@@ -62,7 +70,7 @@ HINT_SCATTERED = ("The slow ranks are spread over hosts that also run fast ranks
                   "at what those ranks do or get differently - longer prompts or completions (balance batches by "
                   "length, shuffle), a code path only they take (a reward model, evaluation, logging or checkpoint "
                   "rank), or their place in a parallel group.")
-HINTS = (HINT_NODES, HINT_GPU, HINT_PHASES, HINT_HOST, HINT_LINKS, HINT_SCATTERED)
+HINTS = (HINT_NODES, HINT_GPU, HINT_PHASES, HINT_HOST, HINT_LINKS, HINT_SCATTERED, HINT_GROUP_LINKS)
 
 
 @dataclass(frozen=True)
@@ -121,19 +129,24 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
     # Spread over hosts that also run fast ranks: no machine explains them.
     if len(rest) >= 2 and None not in rest_hosts and len(rest_hosts) >= 2 and all(
             ranks_of_host[h] - set(rest) for h in rest_hosts):
-        yield _scattered_finding(rest, host_of, nodes_hint)
+        placed = place(run, rest, host_of)
+        if placed.domain is not None and placed.domain.kind == "group":  # one group across machines: its links
+            yield _group_finding(rest, placed, nodes_hint)
+        else:
+            yield _scattered_finding(rest, host_of, nodes_hint, placed.evidence)
         return
     for rank, phases in sorted(rest.items()):
         worst = max(phases, key=lambda p: phases[p]["rank_median_s"] - phases[p]["others_median_s"])
         w = phases[worst]
         host = run.host_of(rank)
+        placed = place(run, [rank], judge=False)
         yield Finding(
             id=ID, severity="warning",
             title=f"rank {rank} is a straggler in {worst}: median {w['rank_median_s']:.2f} s vs "
                   f"{w['others_median_s']:.2f} s for the other ranks, {w['rank_median_s'] - w['others_median_s']:.2f} s "
-                  f"of every {w['step_median_s']:.2f} s step",
+                  f"of every {w['step_median_s']:.2f} s step{placed.clause}",
             ranks=(rank,), hosts=(host,) if host else (), step=None, phase=worst,
-            evidence={"phases": phases}, hints=hints,
+            evidence={"phases": phases, **placed.evidence}, hints=hints,
         )
 
 
@@ -222,7 +235,7 @@ def _hosts_finding(run: Evidence, whole: list[str], slow: dict[int, dict], ranks
     worst, phases, ratio = _combined(slow, ranks)
     speed = _slower(ratio, phases[worst]["num_ranks"], len(ranks), worst)
     evidence: dict = {"scope": "host" if len(whole) == 1 else "hosts", "phases": phases, "ratio": ratio,
-                      "ranks": {r: slow[r] for r in ranks}}
+                      "ranks": {r: slow[r] for r in ranks}, **place(run, ranks).evidence}
     if len(whole) == 1:
         evidence["host"] = whole[0]
         title = f"host {whole[0]}: all {len(ranks)} ranks {speed}: drain or check that machine"
@@ -242,7 +255,23 @@ def _hosts_finding(run: Evidence, whole: list[str], slow: dict[int, dict], ranks
                    phase=worst, evidence=evidence, hints=hints)
 
 
-def _scattered_finding(rest: dict[int, dict], host_of: dict[int, str], nodes_hint: tuple[str, ...]) -> Finding:
+def _group_finding(rest: dict[int, dict], placed, nodes_hint: tuple[str, ...]) -> Finding:
+    """Slow ranks on several hosts that share one process group spanning machines: that group's links."""
+    ranks = sorted(rest)
+    worst, phases, ratio = _combined(rest, ranks)
+    speed = _slower(ratio, phases[worst]["num_ranks"], len(ranks), worst)
+    domain = placed.domain
+    title = f"ranks {format_ranks(ranks)} on {len(domain.hosts)} hosts are {speed}{placed.clause}"
+    return Finding(id=ID, severity="warning", title=title, ranks=tuple(ranks), hosts=domain.hosts, step=None,
+                   phase=worst,
+                   evidence={"scope": "group", "phases": phases, "ratio": ratio,
+                             "ranks_per_host": domain.ranks_per_host, "ranks": {r: rest[r] for r in ranks},
+                             **placed.evidence},
+                   hints=nodes_hint + (HINT_GROUP_LINKS, HINT_LINKS, HINT_GPU))
+
+
+def _scattered_finding(rest: dict[int, dict], host_of: dict[int, str], nodes_hint: tuple[str, ...],
+                       placed: dict | None = None) -> Finding:
     ranks = sorted(rest)
     worst, phases, ratio = _combined(rest, ranks)
     per_host: dict[str, list[int]] = {}
@@ -254,7 +283,8 @@ def _scattered_finding(rest: dict[int, dict], host_of: dict[int, str], nodes_hin
     return Finding(id=ID, severity="warning", title=title, ranks=tuple(ranks), hosts=tuple(sorted(per_host)),
                    step=None, phase=worst,
                    evidence={"scope": "scattered", "phases": phases, "ratio": ratio,
-                             "ranks_per_host": dict(sorted(per_host.items())), "ranks": {r: rest[r] for r in ranks}},
+                             "ranks_per_host": dict(sorted(per_host.items())), "ranks": {r: rest[r] for r in ranks},
+                             **(placed or {})},
                    hints=nodes_hint + (HINT_SCATTERED, HINT_PHASES))
 
 

@@ -4,8 +4,9 @@
 PYTHONPATH and sets GRPO_DOCTOR_INSTRUMENT=1; every Python process of the job (torchrun workers,
 Ray workers, their children) inherits both. That sitecustomize installs a post-import hook and
 nothing else; when one of the modules in `TARGETS` is first imported, `patch_module` wraps it:
-  - torch.distributed: the collectives become phases named after the op (`collectives.py`), and
-    init_process_group starts this process's recorder under its rank (`state.py`);
+  - torch.distributed: the collectives become phases named after the op (`collectives.py`),
+    init_process_group starts this process's recorder under its rank (`state.py`), and the groups made
+    by new_group / new_subgroups / init_device_mesh are recorded as the job's layout (`groups.py`);
   - torch.optim.optimizer: every optimizer step is a `step()` heartbeat (`optimizer.py`);
   - transformers / vLLM / SGLang generate: a phase "rollout" (`rollout.py`).
 A wrapper calls the original with the same arguments and returns its result; a failure of ours

@@ -38,6 +38,7 @@ from types import ModuleType
 from typing import Any
 
 from grpo_doctor.rank.auto import quiet, state
+from grpo_doctor.rank.messages import say
 
 # op -> the parameter whose tensor's size is recorded (None: no tensor, or a list of them)
 OPS: dict[str, str | None] = {
@@ -81,6 +82,13 @@ def patch(dist: ModuleType) -> None:
     init = getattr(dist, "init_process_group", None)
     if init is not None and not getattr(init, MARK, False):
         dist.init_process_group = _wrap_init(dist, init)
+    try:  # group creation as the parallel layout (groups.py): a failure there costs the layout, not this layer
+        from grpo_doctor.rank.auto import groups
+
+        groups.patch(dist)
+    except Exception as exc:  # noqa: BLE001
+        say(f"zero-code instrumentation records no process groups in this process ({type(exc).__name__}: {exc}); "
+            "the rest goes on")
 
 
 def _compiling() -> bool:
