@@ -41,9 +41,9 @@ from grpo_doctor.analysis import remedies
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.grpo_metrics import column, step_series
 from grpo_doctor.analysis.load import Evidence
-from grpo_doctor.schema import WeightSync
 from grpo_doctor.checks.rollout_rules import DRIFT_METRICS, drifted
 from grpo_doctor.checks.rollout_rules import StaleRolloutWeightsConfig as Config  # watch reads it too
+from grpo_doctor.schema import WeightSync
 
 ID = "stale-rollout-weights"
 
