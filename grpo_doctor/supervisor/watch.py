@@ -26,7 +26,7 @@ import threading
 import time
 import traceback
 from collections.abc import Hashable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from grpo_doctor._version import __version__
@@ -48,6 +48,7 @@ from grpo_doctor.supervisor.fleet_verdict import build_verdict, fleet_stall, sta
 from grpo_doctor.supervisor.guardian import TOKEN_ENV, Guardian
 from grpo_doctor.supervisor.hang import hang_lines, investigate
 from grpo_doctor.supervisor.launch import ProcessTree
+from grpo_doctor.supervisor.kill_gate import reason_to_spare
 from grpo_doctor.supervisor.live_scan import LiveScan
 from grpo_doctor.supervisor.memory_plan import plan_at_start
 from grpo_doctor.supervisor.output import OutputTee
@@ -398,6 +399,9 @@ class Watch:
             return False
         if deciding:  # its own processes once the others read it: a node whose ranks die first ends on its own
             self._end_job("ending the job (--on-hang kill; each node's watch ends its own processes)", tree=False)
+        if verdict.fleet is not None and verdict.fleet.action == "kill" and (spare := reason_to_spare(verdict)):
+            self.console.note(f"not ending the job (--on-hang kill): {spare}")
+            verdict = replace(verdict, fleet=replace(verdict.fleet, action="report"))
             self._kill_after = (verdict_id, now + FLEET_ACK_WAIT_S)
             return self._kill_when_read(self.fleet.view(), now)
         return self._end_job(f"ending the job (--on-hang kill of {report.fleet.decider}'s watch; each node's watch "
@@ -418,7 +422,12 @@ class Watch:
         for line in hang_lines(report):
             self.console.note(line)
         self.alerter.send("hang", finding_from_hang(report, hang_file))  # in the background: never a delay
-        return self.opts.on_hang == "kill" and self._end_job("ending the job (--on-hang kill)")
+        if self.opts.on_hang != "kill":
+            return False
+        if spare := reason_to_spare(report):
+            self.console.note(f"not ending the job (--on-hang kill): {spare}")
+            return False
+        return self._end_job("ending the job (--on-hang kill)")
 
     def _end_job(self, line: str, *, tree: bool = True) -> bool:
         """Says so and ends this node's process tree (`tree`; the decider of a fleet a moment later)."""
