@@ -29,7 +29,10 @@ LIVE = "live: CRITICAL constant-reward at step 1"
 
 
 def watch_trl(tmp: Path, *script_args: str, ranks: int, steps: int, notify: Endpoint | None = None,
-              summary: bool = False) -> dict:
+              summary: bool = False, reward_delay_s: float = 0.75) -> dict:
+    """watch over trl_grpo.py. Each reward call takes `reward_delay_s` (a reward model's or a verifier's
+    time): a step of about a second, as the issue's job had, since watch's delay is counted in seconds
+    (the ranks' 0.25 s flush, its own 0.5 s round) and the test counts steps."""
     run_dir, history = tmp / "run", tmp / "log_history.json"
     launch = ([sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(ranks),
                "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "0"]
@@ -37,7 +40,7 @@ def watch_trl(tmp: Path, *script_args: str, ranks: int, steps: int, notify: Endp
     alerts = ["--alert-live", "--notify", notify.url] if notify else []
     cmd = [sys.executable, "-m", "grpo_doctor.cli.main", "watch", "--run-dir", str(run_dir), *alerts, "--", *launch,
            str(SCRIPT), "--run-dir", str(run_dir), "--out-dir", str(tmp / "out"), "--steps", str(steps),
-           "--batch", "4", "--num-generations", "4", "--log-history", str(history), "--reward-delay", "0.75",
+           "--batch", "4", "--num-generations", "4", "--log-history", str(history), "--reward-delay", str(reward_delay_s),
            *script_args]
     env = clean_env(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -136,7 +139,7 @@ def test_trls_printed_metric_dicts_alone_are_enough(tmp_path):
 
 
 def test_a_healthy_trl_run_gets_no_live_finding(tmp_path):
-    run = watch_trl(tmp_path, ranks=1, steps=8)
+    run = watch_trl(tmp_path, ranks=1, steps=8, reward_delay_s=0)
     assert run["status"] == 0, run["stderr"][-3000:]
     assert "live:" not in run["stderr"], run["stderr"][-3000:]
     files = list(run["run_dir"].glob("supervisor/*/live-findings.json"))
