@@ -300,14 +300,14 @@ def _load_supervisor(ev: Evidence, supervisor: Path) -> None:
         sig_file = files.get(watch.signatures.name)
         # watch keeps up to a few samples per (kind, rank) and may leave output unscanned when the job
         # outran it (summary.json says so): then the saved output is scanned here in full.
-        scanned_live = summary is None or summary.live_scan_complete
+        # Without summary.json watch died first: its guardian kept saving the job's output, unscanned since.
+        scanned_live = summary is not None and summary.live_scan_complete
         if sig_file is not None and scanned_live:
             try:
                 _add_signatures(ev, _read_signatures(ev, sig_file), source=str(sig_file), host=host)
                 continue
             except OSError as exc:
                 ev.warnings.append(f"{sig_file}: cannot be read ({exc.strerror}); the saved output is scanned instead")
-        # watch died before writing its signatures: scan what it saved of the output
         elif sig_file is None and summary is not None and summary.live_scan_complete:
             # watch scanned every byte and found nothing before it ended: scanning the saved output again
             # would only find what the job printed while watch ended it (torchrun's SignalException).
@@ -316,6 +316,7 @@ def _load_supervisor(ev: Evidence, supervisor: Path) -> None:
             if name in files:
                 try:
                     _add_signatures(ev, file_signatures(files[name]), source=str(files[name]), host=host)
+        # watch died before writing its signatures: scan what it saved of the output
                 except OSError as exc:
                     ev.warnings.append(f"{files[name]}: cannot be read ({exc.strerror}); it was not checked")
 

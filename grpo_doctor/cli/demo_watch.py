@@ -23,7 +23,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
 
 from grpo_doctor.cli.errors import UserError
 from grpo_doctor.schema import RUN_DIR_ENV
@@ -102,7 +101,7 @@ def run_scenario(scenario: Scenario, out: Path, nproc: int, steps: int, trainer_
     shown = ["grpo-doctor", "watch", *watch_flags[4:], "--", "torchrun", *command[3:]]
     print(f"\n2/2 the same job with {scenario.story}:\n$ {' '.join(shown)}", flush=True)
     started = time.monotonic()
-    status = _watch(command, faulty_dir, run_timeout_s, _TracebackFold(sys.stdout, faulty_dir))
+    status = _watch(command, faulty_dir, run_timeout_s, _echo)  # watch folds what torchrun prints as it ends
     elapsed_s = time.monotonic() - started
     return _verdict(scenario, faulty_dir, status, elapsed_s)
 
@@ -150,30 +149,9 @@ def _watch(command: list[str], run_dir: Path, timeout_s: float, emit: Callable[[
     return status
 
 
-class _TracebackFold:
-    """Passes lines through, but folds the traceback torchrun prints when watch stops it (20-odd
-    lines of its own signal handling, after watch's verdict) into one line; watch keeps the
-    full output in the run directory's supervisor/HOST/stderr.log."""
-
-    def __init__(self, stream: TextIO, run_dir: Path):
-        self.stream, self.run_dir = stream, run_dir
-        self.stopping = False  # watch said it is ending the job
-        self.folded: list[str] = []
-
-    def __call__(self, line: str) -> None:
-        if "ending the job" in line and line.startswith("grpo-doctor:"):
-            self.stopping = True
-        if self.folded and (line.startswith("grpo-doctor:") or not line.strip()):
-            saved = sorted(self.run_dir.glob("supervisor/*/stderr.log"))
-            where = saved[0] if saved else self.run_dir / "supervisor"
-            self.stream.write(f"[... torchrun's traceback on being stopped: {len(self.folded)} lines, the last "
-                              f"{self.folded[-1].strip()!r}; all in {where}]\n")
-            self.folded = []
-        if self.folded or (self.stopping and line.startswith("Traceback (most recent call last)")):
-            self.folded.append(line)
-            return
-        self.stream.write(line)
-        self.stream.flush()
+def _echo(line: str) -> None:
+    sys.stdout.write(line)
+    sys.stdout.flush()
 
 
 def _findings(run_dir: Path) -> list[dict] | None:

@@ -79,11 +79,16 @@ def _print_once(args) -> int:
     live = LiveState.of(log.dirs)
     rows = summarise(log, live=live)
     if args.json:
-        print(json.dumps({"ranks": rows, "hang": _hang_json(live), "live_findings": live.findings,
-                          "warnings": log.warnings}, indent=2))
+        print(json.dumps(_as_json(log, rows, live), indent=2))
     else:
         print(format_summary(log, rows, live))
     return 1 if any(r["failed"] for r in rows) else 0
+
+
+def _as_json(log: RunLog | None, rows: list[dict], live: LiveState) -> dict:
+    """The same keys with and without --follow."""
+    return {"ranks": rows, "hang": _hang_json(live), "live_findings": live.findings,
+            "warnings": log.warnings if log is not None else []}
 
 
 def summarise(run: RunLog, now: float | None = None, live: LiveState | None = None) -> list[dict]:
@@ -94,7 +99,8 @@ def summarise(run: RunLog, now: float | None = None, live: LiveState | None = No
 
 def _rank_row(log: RankLog, now: float, live: LiveState) -> dict:
     state = rank_state(log)
-    running = state.ended is None and live.running(state.host, sorted(log.pids))
+    header_t = log.header.t if log.header is not None else None
+    running = state.ended is None and live.running(state.host, sorted(log.pids), header_t)
     steps = [r for r in log.records if type(r) is Step]
     # Consecutive steps only: a file read by window has gaps between its regions.
     step_times = [b.t - a.t for a, b in zip(steps, steps[1:], strict=False) if b.step == a.step + 1]
@@ -223,9 +229,10 @@ def follow(paths: list, interval_s: float, quiet_timeout_s: float, as_json: bool
             live = LiveState.of(log.dirs) if log is not None else LiveState()
             rows = summarise(log, live=live) if log is not None else []
             if as_json:
-                block = json.dumps({"ranks": rows, "warnings": log.warnings if log else []})
+                block = json.dumps(_as_json(log, rows, live))
                 # The seconds since each rank's last record change at every read: not a change of the run.
-                changed = json.dumps([{**r, "since_last_record_s": None} for r in rows])
+                changed = json.dumps([[{**r, "since_last_record_s": None} for r in rows], _hang_json(live),
+                                      live.findings])
             else:
                 block = format_summary(log, rows, live) if log is not None else _waiting_text(paths)
                 changed = block

@@ -29,6 +29,8 @@ from grpo_doctor.schema.live_findings import read_live_findings
 from grpo_doctor.schema.run_paths import WatchPaths
 from grpo_doctor.schema.watch_files import HangReport
 
+PID_START_SLACK_S = 2.0  # /proc's start time is in clock ticks since a boot time rounded to the second
+
 
 @dataclass
 class LiveState:
@@ -52,9 +54,7 @@ class LiveState:
                                            for f in read_live_findings(watch.live_findings)]
                     except (OSError, ValueError):  # damaged: nothing said live is shown
                         pass
-                for path in host_dir.glob("hang-*.json"):
-                    if WatchPaths.hang_number(path) is None:
-                        continue
+                for path in watch.hang_reports():
                     try:
                         mtime = path.stat().st_mtime
                     except OSError:
@@ -66,12 +66,12 @@ class LiveState:
             state.hang_file = latest[1] if state.hang is not None else None
         return state
 
-    def running(self, host: str | None, pids: list[int]) -> bool:
+    def running(self, host: str | None, pids: list[int], header_t: float | None = None) -> bool:
         """A rank without an end record that is still going: its host's watch runs, or its process
-        is alive here."""
+        is alive here and started before its header was written (not a later process given its pid)."""
         if host is not None and host in self.watched_hosts:
             return True
-        return host == socket.gethostname() and any(_pid_alive(pid) for pid in pids)
+        return host == socket.gethostname() and any(_pid_alive(pid, header_t) for pid in pids)
 
 
 def _host_dirs(supervisor: Path) -> list[Path]:
@@ -98,11 +98,30 @@ def _lock_held(path: Path) -> bool:
         os.close(fd)  # closing drops our shared lock, if we took it
 
 
-def _pid_alive(pid: int) -> bool:
-    """Alive and not a zombie (a rank torchrun has not reaped yet has ended)."""
+def _pid_alive(pid: int, header_t: float | None) -> bool:
+    """Alive, not a zombie (a rank torchrun has not reaped yet has ended), and, where the rank's header
+    time is known, started no later than it: a pid reused by another process is not the rank."""
     try:
-        with open(f"/proc/{int(pid)}/stat", "rb") as f:
-            state = f.read().rsplit(b")", 1)[1].split()[0]
+        with open(f"/proc/{int(pid)}/stat", "rb") as f:  # a kernel file: never blocks
+            fields = f.read().rsplit(b")", 1)[1].split()
+        state, start_ticks = fields[0], int(fields[19])
     except (OSError, IndexError, ValueError):
         return False
-    return state not in (b"Z", b"X")
+    if state in (b"Z", b"X"):
+        return False
+    boot_t = _boot_time()
+    if header_t is None or boot_t is None:
+        return True
+    started_t = boot_t + start_ticks / os.sysconf("SC_CLK_TCK")
+    return started_t <= header_t + PID_START_SLACK_S
+
+
+def _boot_time() -> float | None:
+    try:
+        with open("/proc/stat", "rb") as f:  # a kernel file: never blocks
+            for line in f:
+                if line.startswith(b"btime "):
+                    return float(line.split()[1])
+    except (OSError, ValueError):
+        return None
+    return None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import errno
 import math
 import os
 import signal
@@ -155,15 +156,26 @@ def _check_run_dir(run_dir: Path, given_by: str) -> None:
     """Refuses, before the job starts, a run directory that no write could ever reach: one behind a
     symbolic link loop. One that merely cannot be written now (read-only, full, a name too long for
     the file system) still starts the job: watch says so once and the job's status is watch's."""
-    try:
-        run_dir.resolve()
-    except RuntimeError:  # pathlib's word for ELOOP on the way
+    if _link_loop_on_the_way(run_dir):
         raise UserError(f"{given_by} {terminal_safe(str(run_dir))}: a symbolic link on the way points back "
                         "into itself (a symbolic link loop)",
                         f"remove or repair the link (ls -l each part of the path), or give {given_by} another "
                         "directory") from None
-    except OSError:  # anything else a resolve meets is said by the first write, once
-        pass
+
+
+def _link_loop_on_the_way(path: Path) -> bool:
+    """ELOOP from the path or the nearest ancestor that exists (os.stat says it on every Python; pathlib's
+    resolve() raised RuntimeError for it until 3.13, and no longer does)."""
+    for part in (path, *path.parents):
+        try:
+            os.stat(part)
+            return False  # it exists, or its nearest existing ancestor does: no loop on the way
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                return True
+            if exc.errno not in (errno.ENOENT, errno.ENOTDIR):
+                return False  # anything else is said by the first write, once
+    return False
 
 
 def _alert_settings(args) -> AlertSettings:

@@ -90,7 +90,11 @@ def rank_state(log: RankLog, host: str | None = None) -> RankState:
 
 
 def _record_step(record) -> int | None:
+    """The step a record's rank is in: a step record closes its step, so the rank is in the next
+    (as watch's tracker counts it)."""
     step = getattr(record, "step", None)
+    if isinstance(step, int) and not isinstance(step, bool) and type(record).__name__ == "Step":
+        return step + 1
     return step if isinstance(step, int) and not isinstance(step, bool) else None
 
 

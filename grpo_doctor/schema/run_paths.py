@@ -171,6 +171,13 @@ class WatchPaths:
         """N for a hang-N.json (0 where N is no number: a copy such as hang-1-old.json is read too, first),
         None for a file that is no hang report."""
         name = Path(path).name
+    def hang_reports(self) -> list[Path]:
+        """Every hang-N.json of this host, in no particular order (a listing that fails: none)."""
+        try:
+            return [p for p in self.root.glob("hang-*.json") if self.hang_number(p) is not None]
+        except OSError:
+            return []
+
         if not (name.startswith("hang-") and name.endswith(".json")):
             return None
         digits = Path(name).stem.rpartition("-")[2]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 
-from grpo_doctor.runlog.rank_states import RankState
+from grpo_doctor.runlog.rank_states import CLEAN_ENDS, RankState
 from grpo_doctor.schema.watch_files import WatchedRank, WatchSummary
 from grpo_doctor.supervisor.launch import describe_exit
 from grpo_doctor.supervisor.progress import RankProgress
@@ -57,7 +57,8 @@ def summary_lines(summary: WatchSummary) -> list[str]:
     for rank, info in summary.ranks.items():
         state = RankState(rank=rank, host=summary.host, step=info.step, open_phase=info.open_phase,
                           ended=info.ended, error=info.error, gone=info.gone)
-        if not state.clean:
+        # watch notes a clean end as the rank "gone" ("ended (shutdown)"): nothing to point out either
+        if not state.clean and not (info.ended in CLEAN_ENDS and not info.error and (info.gone or "").startswith("ended")):
             lines.append(f"  {state.line()}")  # worded as the report's Ranks table and `summary`
     for kind, count in summary.signatures.items():
         lines.append(f"  seen in the output: {kind} x{count}")

@@ -30,8 +30,9 @@ def test_demo_by_default_catches_the_hung_rank_under_watch_and_points_at_the_rep
     assert "rank 1: _block_forever (inject.py" in out.stdout
     assert "grpo-doctor: CRITICAL hang: hang on " in out.stdout
     assert "exit status 124: the job hung and watch ended it (--on-hang kill)" in out.stdout
-    # torchrun's own traceback on being stopped is folded into one line, not printed after the verdict
-    assert "Traceback (most recent call last)" not in out.stdout and "torchrun's traceback on being stopped" in out.stdout
+    # what torchrun prints on being stopped is watch's doing: folded by watch into one line, not shown
+    assert "Traceback (most recent call last)" not in out.stdout
+    assert "line(s) the job printed while watch ended it not shown" in out.stdout
     report = tmp_path / "demo" / "hang" / "report.html"
     assert f"grpo-doctor demo: caught: hang on rank(s) 1, recorded in {report.parent / 'findings.json'}" in out.stdout
     assert f"grpo-doctor demo: open the report: {report}" in out.stdout.splitlines()[-1]
