@@ -219,5 +219,5 @@ def test_watch_says_its_exit_status_last(tmp_path):
 @pytest.mark.parametrize("flag", ["--hang-timeout", "--uninstrumented-timeout", "--second-look"])
 def test_watch_flags_in_seconds_reject_a_negative_value_in_one_line(tmp_path, flag):
     out = grpo_doctor("watch", "--run-dir", str(tmp_path / "run"), flag, "-1", "--", "true")
-    assert out.returncode == 2 and out.stderr.startswith(f"grpo-doctor: error: {flag} -1.0 must be positive")
+    assert out.returncode == 2 and out.stderr.startswith(f"grpo-doctor: error: {flag} -1 must be positive")
     assert not (tmp_path / "run").exists()
