@@ -52,7 +52,12 @@ from grpo_doctor.analysis.hang_reports import combine_hangs
 from grpo_doctor.analysis.metric_files import read_metric_files
 from grpo_doctor.analysis.probe_evidence import ProbeEvidence, load_probe, probe_files
 from grpo_doctor.analysis.signature_rows import SignatureRows, file_signatures
-from grpo_doctor.analysis.watch_files import read_memory_plan, read_run_command, read_watch_dir
+from grpo_doctor.analysis.watch_files import (
+    read_fail_slow,
+    read_memory_plan,
+    read_run_command,
+    read_watch_dir,
+)
 from grpo_doctor.logs.flight_recorder import FlightDump, FlightDumpError, is_flight_dump, read_flight_dump
 from grpo_doctor.logs.signatures import Signature
 from grpo_doctor.runlog.columns import Column, repeated
@@ -72,6 +77,7 @@ from grpo_doctor.schema.errors import DoctorError
 from grpo_doctor.schema.field_checks import MAX_WORLD_SIZE, within_depth
 from grpo_doctor.schema.run_paths import WatchPaths
 from grpo_doctor.schema.safe_read import open_regular
+from grpo_doctor.schema.slow_rounds import Survey
 from grpo_doctor.schema.watch_files import HangReport, WatchSummary
 
 PHASE_COLUMNS = ["rank", "host", "step", "phase", "path", "begin_t", "end_t", "duration_s", "error"]
@@ -115,6 +121,7 @@ class Evidence:
     metric_logs: list[framework_logs.MetricLog] = field(default_factory=list)  # TRL / ms-swift files read
     probe: ProbeEvidence | None = None  # what `grpo-doctor probe` found before training
     memory_plans: dict[str, dict] = field(default_factory=dict)  # host -> watch's plan.json (plan/render.py)
+    slow_surveys: list[Survey] = field(default_factory=list)  # every host's fail-slow.json (stack rounds)
     command: tuple[str, ...] = ()  # the launch command run.json records
     launch_env: dict[str, str] = field(default_factory=dict)  # the variables it ran with (NPROC_PER_NODE, ...)
 
@@ -297,6 +304,8 @@ def _load_supervisor(ev: Evidence, supervisor: Path) -> None:
                 ev.memory_plans[host] = plan
         if watch.samples.name in files:
             _read_samples(ev, files[watch.samples.name], host)
+        if watch.fail_slow.name in files:
+            ev.slow_surveys += read_fail_slow(files[watch.fail_slow.name], host, ev.warnings)
         sig_file = files.get(watch.signatures.name)
         # watch keeps up to a few samples per (kind, rank) and may leave output unscanned when the job
         # outran it (summary.json says so): then the saved output is scanned here in full.

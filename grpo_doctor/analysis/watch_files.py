@@ -19,6 +19,7 @@ from grpo_doctor.schema.json_shapes import FormatError
 from grpo_doctor.schema.run_info import RunInfo
 from grpo_doctor.schema.run_paths import WatchPaths
 from grpo_doctor.schema.safe_read import UnreadableFile, read_json
+from grpo_doctor.schema.slow_rounds import Survey
 from grpo_doctor.schema.watch_files import HangReport, WatchSummary
 
 # watch writes a summary or hang report of a few hundred KB at most; a larger one is not read whole.
@@ -136,6 +137,27 @@ def _gpu_problem(gpu: object) -> str | None:
 
 def _sizes(*values: object) -> bool:
     return all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < MAX_PLAN_BYTES for v in values)
+
+
+def read_fail_slow(path: Path, host: str, warnings: list[str]) -> list[Survey]:
+    """The stack-round surveys of one host's fail-slow.json (a damaged survey is left out with one warning;
+    a survey without a host takes the directory's name)."""
+    data = _read_json(path, warnings)
+    if data is _UNREAD:
+        return []
+    surveys = data.get("surveys") if isinstance(data, dict) else None
+    if not isinstance(surveys, list):
+        warnings.append(f"{path}: not as watch writes it (no list of surveys); left out")
+        return []
+    out = []
+    for item in surveys:
+        try:
+            survey = Survey.from_dict(item)
+        except FormatError as exc:
+            warnings.append(f"{path}: a survey not as watch writes it ({exc}); left out")
+            continue
+        out.append(survey if survey.host else replace(survey, host=host))
+    return out
 
 
 _UNREAD = object()

@@ -21,6 +21,7 @@ from grpo_doctor.logs.terminal_text import terminal_safe
 from grpo_doctor.plan.sizes import parse_size
 from grpo_doctor.schema import DEFAULT_RUNS_ROOT, RUN_DIR_ENV
 from grpo_doctor.supervisor.alerts import AlertSettings, url_problem
+from grpo_doctor.supervisor.fail_slow import FailSlowSettings
 from grpo_doctor.supervisor.fleet import CHANNELS
 from grpo_doctor.supervisor.launch import LaunchError, find_executable
 from grpo_doctor.supervisor.progress import HangPolicy
@@ -103,6 +104,12 @@ def add_parser(sub) -> None:
                         "or not at all (off: each node judged alone); docs/clusters.md")
     p.add_argument("--fleet-port", type=int, default=None, metavar="PORT",
                    help="port of the fleet's TCPStore on the job's master address (default: MASTER_PORT + 11)")
+    p.add_argument("--fail-slow-every", type=float, default=FailSlowSettings.interval_s, metavar="SECONDS",
+                   help="a job that moves, but slowly: seconds between rounds of every rank's stack, taken once its "
+                        "steps are under way and when its pace falls (0: never); the rank outside the others' "
+                        "stack in most rounds is named (docs/watch.md, Fail-slow)")
+    p.add_argument("--fail-slow-rounds", type=int, default=FailSlowSettings.rounds, metavar="N",
+                   help="rounds in one survey (default %(default)s)")
     p.add_argument("command", nargs="+", metavar="-- CMD", help="the launch command, after --")
     p.set_defaults(run=run)
 
@@ -139,6 +146,7 @@ def run(args) -> int:
         alerts=alerts,
         fleet=args.fleet,
         fleet_port=args.fleet_port,
+        fail_slow=_fail_slow_settings(args),
     )
     watch = Watch(opts)
     status = watch.run()  # LaunchError (127) and RunDirBusy (2) are DoctorErrors: main() prints them
@@ -150,6 +158,16 @@ def run(args) -> int:
     hang_ended = status == HANG_EXIT and opts.on_hang == "kill" and bool(watch.hangs)
     print(f"grpo-doctor: {exit_line(status, hang_ended)}", file=sys.stderr)
     return status
+
+
+def _fail_slow_settings(args) -> FailSlowSettings:
+    every, rounds = args.fail_slow_every, args.fail_slow_rounds
+    if not math.isfinite(every) or every < 0 or 0 < every < 1:
+        raise UserError(f"--fail-slow-every {every:g} is not 0 or a number of seconds from 1",
+                        "e.g. --fail-slow-every 5 (the default), or 0 to take no stack rounds")
+    if not 2 <= rounds <= 100:
+        raise UserError(f"--fail-slow-rounds {rounds} is not 2 to 100", "e.g. --fail-slow-rounds 10 (the default)")
+    return FailSlowSettings(interval_s=every, rounds=rounds)
 
 
 def _check_run_dir(run_dir: Path, given_by: str) -> None:

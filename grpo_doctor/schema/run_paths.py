@@ -136,6 +136,11 @@ class WatchPaths:
         return self.root / "live-findings.json"
 
     @property
+    def fail_slow(self) -> Path:
+        """watch's stack rounds of a job that moves, but slowly, and their verdicts (schema/slow_rounds.py)."""
+        return self.root / "fail-slow.json"
+
+    @property
     def alerts(self) -> Path:
         """Every alert watch sent (webhook, command) and its outcome (supervisor/alerts.py)."""
         return self.root / "alerts.jsonl"

@@ -383,7 +383,7 @@ class _Retrying(Channel):
 
 def _urgent(beat: NodeBeat) -> tuple:
     """What of a beat the other watches must hear at once: the rest (idle seconds) waits for the next beat."""
-    return (beat.state, beat.stall, beat.look, beat.answered, beat.verdict, beat.seen, beat.done)
+    return (beat.state, beat.stall, beat.look, beat.answered, beat.verdict, beat.seen, beat.done, beat.survey)
 
 
 def _report(message: Mapping[str, Any] | None) -> HangReport | None:

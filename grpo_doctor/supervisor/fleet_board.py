@@ -6,7 +6,9 @@ A beat (`NodeBeat`, about 170 bytes plus 45 per rank) says where this node's ran
 rank stalled: this node suspects a hang) or "idle" (no rank running: not started yet, or ended);
 `ranks` holds each local rank's step, open phase, seconds since progress and pid. The deciding watch
 also puts in it the look it asks every node for (`look`) and its latest verdict's id (`verdict`);
-every node says which look it answered (`answered`) and which verdict it applied (`seen`).
+every node says which look it answered (`answered`) and which verdict it applied (`seen`). A node taking
+fail-slow stack rounds names them (`survey`: "FIRST_SLOT:ROUNDS:INTERVAL", supervisor/fail_slow.py), so the
+other nodes take theirs at the same moments.
 
 Liveness is judged on the reader's own clock, by the beat's `seq` changing: a node whose beat has not
 changed for `stale_s` is silent ("node 3: no report for 40 s"), as is one never heard from since this
@@ -46,12 +48,13 @@ class NodeBeat:
     seen: str | None = None  # the latest verdict this node applied
     done: bool = False  # this node's job ended and its summary is written
     on_hang: str = "report"
+    survey: str | None = None  # fail-slow stack rounds this node takes (fail_slow.FailSlow.token)
 
     def to_message(self) -> dict[str, Any]:
         out = {"node": self.node, "host": self.host, "seq": self.seq, "t": round(self.t, 3), "state": self.state,
                "ranks": {str(r): list(v) for r, v in sorted(self.ranks.items())}, "on_hang": self.on_hang}
         optional = {"stall": self.stall, "idle_s": self.idle_s, "look": self.look, "answered": self.answered,
-                    "verdict": self.verdict, "seen": self.seen}
+                    "verdict": self.verdict, "seen": self.seen, "survey": self.survey}
         return out | {k: v for k, v in optional.items() if v is not None} | ({"done": True} if self.done else {})
 
     def to_bytes(self) -> bytes:
@@ -67,7 +70,8 @@ class NodeBeat:
                        stall=_opt_str(message.get("stall")), idle_s=_opt_num(message.get("idle_s")), ranks=ranks,
                        look=_opt_str(message.get("look")), answered=_opt_str(message.get("answered")),
                        verdict=_opt_str(message.get("verdict")), seen=_opt_str(message.get("seen")),
-                       done=message.get("done") is True, on_hang=str(message.get("on_hang") or "report"))
+                       done=message.get("done") is True, on_hang=str(message.get("on_hang") or "report"),
+                       survey=_opt_str(message.get("survey")))
         except (KeyError, TypeError, ValueError, AttributeError):
             return None
         return beat if beat.state in STATES else None

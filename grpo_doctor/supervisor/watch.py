@@ -42,6 +42,7 @@ from grpo_doctor.supervisor.alerts import Alerter, AlertSettings
 from grpo_doctor.supervisor.childenv import child_environment
 from grpo_doctor.supervisor.console import Console
 from grpo_doctor.supervisor.discovery import discover_ranks, is_alive
+from grpo_doctor.supervisor.fail_slow import FailSlow, FailSlowSettings
 from grpo_doctor.supervisor.fleet import Fleet, FleetSettings, FleetView
 from grpo_doctor.supervisor.fleet_channel import store_address
 from grpo_doctor.supervisor.fleet_verdict import build_verdict, fleet_stall, stall_name
@@ -87,6 +88,7 @@ class WatchOptions:
     alerts: AlertSettings = field(default_factory=AlertSettings)  # --notify, --on-hang-exec, ...
     fleet: str = "auto"  # --fleet: how the watches of several nodes meet (fleet.py's CHANNELS)
     fleet_port: int | None = None  # --fleet-port: the TCPStore's port (default MASTER_PORT + 11)
+    fail_slow: FailSlowSettings = field(default_factory=FailSlowSettings)  # --fail-slow-every, --fail-slow-rounds
 
 
 class Watch:
@@ -127,6 +129,9 @@ class Watch:
         self._kill_after: tuple[str, float] | None = None  # as the decider: (verdict, monotonic deadline)
         self._num_verdicts = 0
         self._alone_said = False
+        # A job that moves, but slowly: stack rounds, and the rank the others keep waiting for (fail_slow.py)
+        self.fail_slow = FailSlow(opts.fail_slow, self.host, self.watch_files.fail_slow, write=self.files.write,
+                                  fleet=bool(self.cluster.nnodes and self.cluster.nnodes > 1))
 
     # -- main loop ------------------------------------------------------------------------
 
@@ -199,6 +204,7 @@ class Watch:
                         self._discover()
                         next_discovery = now + DISCOVER_EVERY_S
                     self._update_panel(now)
+                    self._fail_slow_step(now)
                     if status is None and self._hang_step(now):
                         hang_ended = True
                         status = self.tree.wait(1.0)
@@ -208,6 +214,7 @@ class Watch:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             self.tree.end(self.opts.grace_s)  # nothing of the tree outlives watch
+            self.fail_slow.close()
             if self.guardian is not None:
                 self.guardian.close()
             for tee in tees:
@@ -254,6 +261,7 @@ class Watch:
 
     def _child_output(self, stream: str, data: bytes) -> None:
         self._last_output_mono = time.monotonic()
+        self.fail_slow.feed_output(data)
         self.console.write_child(stream, data)
 
     def _discover(self) -> None:
@@ -292,6 +300,18 @@ class Watch:
         self.gone[rank] = f"pid {pid}{f' ({actor})' if actor else ''} gone {how}{phase}{rss}"
         self.gone_t[rank] = time.time()
         self.console.note(f"rank {rank} {self.gone[rank]}")
+
+    def _fail_slow_step(self, now: float) -> None:
+        """Stack rounds while the job moves: started once its steps are under way, when its pace falls, or
+        when another node's watch started them (its beat); none while every rank has stalled."""
+        joined = None
+        if self.fleet is not None:
+            self.fleet.set_beat(survey=self.fail_slow.token)
+            joined = next((b.survey for _, b in sorted(self.fleet.view().beats.items()) if b.survey), None)
+        pids = {r: p for r, p in self.rank_pids.items() if r not in self.gone}
+        stalled = bool(pids) and self._stall_state(now)[0] == "stalled"
+        for line in self.fail_slow.tick(now, pids, stalled=stalled, joined=joined):
+            self.console.note(line)
 
     def _hung(self, now: float) -> bool:
         """Every running rank has stalled, and this stall is due a look (see stall.StallSchedule)."""
@@ -447,6 +467,7 @@ class Watch:
     def _investigate(self, fleet_look: str | None = None) -> HangReport:
         """This node's ranks' stacks, twice (hang.py). For a fleet's look they go to the decider, not to
         the console as a verdict."""
+        self.fail_slow.quiesce()  # one investigation's py-spys at a time: a stack round in flight ends first
         pids = {r: p for r, p in self.rank_pids.items() if r not in self.gone}
         actors = self.ray.unranked()
         whose = f"rank(s) {format_ranks(pids)}" if pids else "no rank"

@@ -23,6 +23,7 @@ from grpo_doctor.analysis.rules import (
     cuda_oom,
     dead_step,
     entropy_collapse,
+    fail_slow,
     gpu_fault,
     hang,
     host_oom,
@@ -44,6 +45,7 @@ from grpo_doctor.analysis.rules import (
 )
 
 RULES: list[ModuleType] = [hang, rank_crash, cuda_oom, nccl_timeout, config_mismatch, version_mismatch, straggler,
+                           fail_slow,  # a rank outside the others' stack in most of watch's rounds (issue 24)
                            nccl_error, rendezvous_failure, host_oom, vllm_memory, collective_mismatch,
                            memory_growth,  # memory creeping toward an OOM, with its projection (issue 25)
                            gpu_fault,  # machine faults: Xid events, ECC, NVLink (issue 24)

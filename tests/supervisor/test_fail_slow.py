@@ -1,0 +1,96 @@
+"""Fail-slow under `grpo-doctor watch` (supervisor/fail_slow.py): the job's pace from its output, and the
+reference trainer run WITHOUT records (GRPO_DOCTOR_DISABLE=1, --no-record: watch sees its output and its
+processes only) with one rank slowed: the stack rounds name that rank; a healthy run of the same gets
+rounds, and no verdict."""
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from helpers import clean_env, free_port
+
+from grpo_doctor.supervisor.fail_slow import Pace
+
+ROUNDS = 10
+
+
+def test_the_pace_falls_when_two_windows_run_below_the_baseline_and_a_late_poll_counts_lines_where_they_came():
+    pace = Pace(window_s=5.0)
+    t = 0.0
+    pace.feed(b"loading the model\n", t)  # the job's start: no step lines yet, not part of the pace
+    for _ in range(2):
+        t += 5.0
+        assert pace.poll(t).baseline_per_min is None
+    for step in range(90):  # a step every 0.5 s for 45 s ...
+        t += 0.5
+        pace.feed(f"step {step} loss 0.1 reward 0.5\nsome other line\n".encode(), t)
+    state = pace.poll(t + 0.1)
+    assert (state.unit, state.fell, state.baseline_per_min) == ("step lines", False, 120.0)
+    for step in range(90, 96):  # ... then one every 2.5 s: 4x slower
+        t += 2.5
+        pace.feed(f"step {step} loss 0.1\n".encode(), t)
+    state = pace.poll(t + 0.1)
+    assert state.fell and state.per_min <= 24.0 and state.to_dict()["baseline_per_min"] == 120.0
+    steady = Pace(window_s=5.0)
+    for i in range(120):  # steady, but polled once, 60 s late: each line counts in the window it came in
+        steady.feed(b"step 1\n", i * 0.5)
+    assert steady.poll(60.0).fell is False and steady.poll(60.0).per_min == 120.0
+
+
+def _watch(tmp_path: Path, *inject: str) -> tuple[str, dict]:
+    """The trainer with its recording off under watch, rounds every second; ended once the first survey is judged."""
+    run_dir = tmp_path / "run"
+    cmd = [sys.executable, "-m", "grpo_doctor.cli.main", "watch", "--run-dir", str(run_dir), "--no-report",
+           "--fail-slow-every", "1", "--fail-slow-rounds", str(ROUNDS), "--",
+           sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", "--master-addr=127.0.0.1",
+           f"--master-port={free_port()}", "-m", "grpo_doctor_trainer.train", "--model", "tiny", "--steps", "1000",
+           "--no-record", *inject]
+    err_path = tmp_path / "watch.err"
+    with err_path.open("w") as err:
+        proc = subprocess.Popen(cmd, env=clean_env(OMP_NUM_THREADS="1", GRPO_DOCTOR_DISABLE="1"), cwd=tmp_path,
+                                stdout=subprocess.DEVNULL, stderr=err)
+    rounds_file = run_dir / "supervisor"
+    deadline = time.monotonic() + 150
+    survey = None
+    try:
+        while survey is None and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.5)
+            for path in rounds_file.glob("*/fail-slow.json"):
+                surveys = json.loads(path.read_text())["surveys"]
+                survey = next((s for s in surveys if s["verdict"] is not None), None)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    stderr = err_path.read_text()
+    assert survey is not None, stderr[-3000:]
+    assert not (run_dir / "ranks").exists()  # no records: stacks were all watch had
+    return stderr, survey
+
+
+@pytest.mark.distributed
+def test_an_uninstrumented_job_with_a_slow_rank_gets_that_rank_named_from_its_stack_rounds(tmp_path):
+    # rank 1 sleeps 2 s at the start of each rollout (steps of about 0.3 s on 2 busy cores): the others wait for it
+    # in their all_gather most of the time.
+    stderr, survey = _watch(tmp_path, "--inject", "slow:rank=1,delay_s=2")
+    verdict = survey["verdict"]
+    assert (survey["why"], verdict["named"], verdict["scope"]) == ("start", [1], "rank"), verdict
+    assert verdict["outside"]["1"] >= ROUNDS // 2 + 1
+    [line] = [ln for ln in stderr.splitlines() if "fail-slow: rank" in ln]
+    assert f"fail-slow: rank 1 on {survey['host']} outside the others' stack in {verdict['outside']['1']} of " \
+           f"{ROUNDS} rounds: Injector.at (inject.py:" in line, line
+    assert "; the others in all_gather (torch/distributed/distributed_c10d.py" in line, line
+
+
+@pytest.mark.distributed
+def test_a_healthy_uninstrumented_job_gets_its_stack_rounds_and_no_verdict(tmp_path):
+    stderr, survey = _watch(tmp_path)
+    assert survey["why"] == "start" and len(survey["rounds"]) >= ROUNDS // 2, survey
+    assert survey["verdict"]["named"] == [] and survey["verdict"]["scope"] in ("none", "shared"), survey["verdict"]
+    # (a line saying the pace fell may come where the busy machine slows the job: it names no rank)
+    assert not re.search(r"fail-slow: (?:ranks?|host) ", stderr), stderr[-3000:]
