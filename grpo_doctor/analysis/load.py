@@ -321,11 +321,11 @@ def _load_supervisor(ev: Evidence, supervisor: Path) -> None:
             # watch scanned every byte and found nothing before it ended: scanning the saved output again
             # would only find what the job printed while watch ended it (torchrun's SignalException).
             continue
+        # watch died before writing its signatures: scan what it saved of the output
         for name in (watch.stdout_log.name, watch.stderr_log.name):
             if name in files:
                 try:
                     _add_signatures(ev, file_signatures(files[name]), source=str(files[name]), host=host)
-        # watch died before writing its signatures: scan what it saved of the output
                 except OSError as exc:
                     ev.warnings.append(f"{files[name]}: cannot be read ({exc.strerror}); it was not checked")
 

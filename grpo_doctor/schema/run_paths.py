@@ -171,11 +171,6 @@ class WatchPaths:
         """The report of the number-th hang (from 1)."""
         return self.root / f"hang-{number}.json"
 
-    @staticmethod
-    def hang_number(path: Path) -> int | None:
-        """N for a hang-N.json (0 where N is no number: a copy such as hang-1-old.json is read too, first),
-        None for a file that is no hang report."""
-        name = Path(path).name
     def hang_reports(self) -> list[Path]:
         """Every hang-N.json of this host, in no particular order (a listing that fails: none)."""
         try:
@@ -183,6 +178,11 @@ class WatchPaths:
         except OSError:
             return []
 
+    @staticmethod
+    def hang_number(path: Path) -> int | None:
+        """N for a hang-N.json (0 where N is no number: a copy such as hang-1-old.json is read too, first),
+        None for a file that is no hang report."""
+        name = Path(path).name
         if not (name.startswith("hang-") and name.endswith(".json")):
             return None
         digits = Path(name).stem.rpartition("-")[2]

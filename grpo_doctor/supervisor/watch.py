@@ -48,8 +48,8 @@ from grpo_doctor.supervisor.fleet_channel import store_address
 from grpo_doctor.supervisor.fleet_verdict import build_verdict, fleet_stall, stall_name
 from grpo_doctor.supervisor.guardian import TOKEN_ENV, Guardian
 from grpo_doctor.supervisor.hang import hang_lines, investigate
-from grpo_doctor.supervisor.launch import ProcessTree
 from grpo_doctor.supervisor.kill_gate import reason_to_spare
+from grpo_doctor.supervisor.launch import ProcessTree
 from grpo_doctor.supervisor.live_scan import LiveScan
 from grpo_doctor.supervisor.memory_plan import plan_at_start
 from grpo_doctor.supervisor.output import OutputTee
@@ -399,6 +399,9 @@ class Watch:
         missing = dict(view.silent) | {n: f"no stacks within {wait_s:.0f} s" for n in waiting}
         verdict = build_verdict(look.id, reports, view, missing, decider_host=self.host,
                                 nnodes=self.fleet.settings.nnodes, action=self.opts.on_hang)
+        if verdict.fleet is not None and verdict.fleet.action == "kill" and (spare := reason_to_spare(verdict)):
+            self.console.note(f"not ending the job (--on-hang kill): {spare}")
+            verdict = replace(verdict, fleet=replace(verdict.fleet, action="report"))
         self._look = None
         self.fleet.decide(look.id, verdict)
         return self._apply(look.id, verdict, deciding=True, now=now)
@@ -419,9 +422,6 @@ class Watch:
             return False
         if deciding:  # its own processes once the others read it: a node whose ranks die first ends on its own
             self._end_job("ending the job (--on-hang kill; each node's watch ends its own processes)", tree=False)
-        if verdict.fleet is not None and verdict.fleet.action == "kill" and (spare := reason_to_spare(verdict)):
-            self.console.note(f"not ending the job (--on-hang kill): {spare}")
-            verdict = replace(verdict, fleet=replace(verdict.fleet, action="report"))
             self._kill_after = (verdict_id, now + FLEET_ACK_WAIT_S)
             return self._kill_when_read(self.fleet.view(), now)
         return self._end_job(f"ending the job (--on-hang kill of {report.fleet.decider}'s watch; each node's watch "
@@ -603,10 +603,10 @@ class Watch:
         self.files.write(summary_file.name, lambda: write_file(summary_file, json.dumps(summary.to_dict(), indent=2)))
         for line in summary_lines(summary):
             self.console.note(line)
-        self.console.note(f"run directory: {self.paths.root}")
         if self.console.folded_lines:
             self.console.note(f"{self.console.folded_lines} line(s) the job printed while watch ended it not shown "
                               f"(saved in {self.watch_files.stdout_log.name} and {self.watch_files.stderr_log.name})")
+        self.console.note(f"run directory: {self.paths.root}")
 
 
 @dataclass
