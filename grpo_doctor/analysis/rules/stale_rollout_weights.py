@@ -69,7 +69,7 @@ HINT_FINGERPRINT = ("The tensors named differ between the trainer and the rollou
                     "expert layouts differ between vLLM versions). A loader that transforms a tensor on purpose: map "
                     "that name to None in name_map.")
 HINT_UNPAIRED = ("Tensors the check could not pair are listed: give check_weight_sync a name_map (trainer name -> "
-                 "engine name or WeightTarget; rank/weight_sync.py: vllm_name_map for vLLM's fusions). An engine "
+                 "engine name or WeightTarget; rank/weight_sync.py holds a ready map for vLLM's fused names). An engine "
                  "tensor that no trainer tensor feeds is never updated by the push.")
 HINT_SERVER = ("A vLLM server's weights live in another process and are not compared: watch the log-prob drift "
                "(TRL: vllm_importance_sampling_correction logs sampling/sampling_logp_difference/mean).")
