@@ -31,11 +31,11 @@ from grpo_doctor.checks.stack_groups import (
     is_idle_in_event_loop,
     odd_ranks,
 )
+from grpo_doctor.logs.nccl_ras import parse as parse_ras
 from grpo_doctor.schema import RunPaths
 from grpo_doctor.schema.run_paths import host_dir_name
 from grpo_doctor.schema.stacks import StackCapture
 from grpo_doctor.schema.watch_files import HangRank, HangReport, phase_words
-from grpo_doctor.logs.nccl_ras import parse as parse_ras
 from grpo_doctor.supervisor.nccl_ras_client import query_nccl_ras
 from grpo_doctor.supervisor.progress import ProgressTracker
 from grpo_doctor.supervisor.stacks import capture_stacks, ptrace_denied

@@ -4,7 +4,6 @@ import shutil
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 from helpers import REPO, clean_env
 
