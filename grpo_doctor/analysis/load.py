@@ -309,8 +309,10 @@ def _load_supervisor(ev: Evidence, supervisor: Path) -> None:
         sig_file = files.get(watch.signatures.name)
         # watch keeps up to a few samples per (kind, rank) and may leave output unscanned when the job
         # outran it (summary.json says so): then the saved output is scanned here in full.
-        # Without summary.json watch died first: its guardian kept saving the job's output, unscanned since.
-        scanned_live = summary is not None and summary.live_scan_complete
+        # Without summary.json watch died first: its guardian kept saving the job's output, unscanned since,
+        # so the saved output (where there is any) is scanned in full instead.
+        saved_output = watch.stdout_log.name in files or watch.stderr_log.name in files
+        scanned_live = summary.live_scan_complete if summary is not None else not saved_output
         if sig_file is not None and scanned_live:
             try:
                 _add_signatures(ev, _read_signatures(ev, sig_file), source=str(sig_file), host=host)
