@@ -25,6 +25,7 @@ from helpers import clean_env
 
 from grpo_doctor.cli.main import main
 from grpo_doctor.schema import Header, PhaseBegin, PhaseEnd, RunPaths, Step
+from grpo_doctor.schema.watch_files import WatchSummary
 
 LOGS = Path(__file__).resolve().parents[1] / "data" / "logs"
 # A CUDA OOM as torch 2.x prints it (tests/data/logs/cuda_oom_variants.log, line 14; real_wordings.sources.md).
@@ -221,6 +222,8 @@ def test_unreadable_logs_and_watch_files_are_named_in_warnings(unprivileged):
         host_dir.mkdir(parents=True)
         (host_dir / "signatures.jsonl").write_text("")
         (host_dir / "stdout.log").write_text(OOM_LINE + "\n")
+        # watch ended and said it scanned everything: its signatures are what the report reads first
+        (host_dir / "summary.json").write_text(json.dumps(WatchSummary(host="node-0").to_dict()))
         (host_dir / "signatures.jsonl").chmod(0o000)
         raw = shared / "train.log"
         raw.write_text(OOM_LINE + "\n")
