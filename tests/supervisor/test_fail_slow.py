@@ -82,8 +82,10 @@ def test_an_uninstrumented_job_with_a_slow_rank_gets_that_rank_named_from_its_st
     assert (survey["why"], verdict["named"], verdict["scope"]) == ("start", [1], "rank"), verdict
     assert verdict["outside"]["1"] >= ROUNDS // 2 + 1
     [line] = [ln for ln in stderr.splitlines() if "fail-slow: rank" in ln]
-    assert f"fail-slow: rank 1 on {survey['host']} outside the others' stack in {verdict['outside']['1']} of " \
-           f"{ROUNDS} rounds: Injector.at (inject.py:" in line, line
+    # Of the rounds taken: on a loaded machine (load average 6-11 here) one of the 10 was missed once.
+    assert re.search(rf"fail-slow: rank 1 on {re.escape(survey['host'])} outside the others' stack in "
+                     rf"{verdict['outside']['1']} of (\d+) rounds: Injector\.at \(inject\.py:", line), line
+    assert ROUNDS // 2 + 1 <= int(re.search(r" of (\d+) rounds", line).group(1)) <= ROUNDS, line
     assert "; the others in all_gather (torch/distributed/distributed_c10d.py" in line, line
 
 
