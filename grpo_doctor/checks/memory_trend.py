@@ -30,7 +30,7 @@ Typical use (the incremental check, e.g. once a step in the live sentinel):
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -52,6 +52,55 @@ class TrendConfig:
     min_growth_noise_ratio: float = 3.0  # and it is at least this many times the values' noise around the line
     critical_within_s: float = 2 * 3600.0  # the projected OOM is nearer than this (wall time): critical
     critical_within_steps: float = 100.0  # without step times: nearer than this many steps
+
+
+@dataclass(frozen=True)
+class MemoryGrowthConfig:
+    """The `memory-growth` rule's thresholds: the report's rule (analysis/rules/memory_growth.py) and watch's
+    live one (supervisor/live_memory.py) read this one class; the trend's fields are TrendConfig's."""
+
+    warmup_points: int = 5  # the first steps (sample intervals) are never trended
+    window_points: int = 200  # the trend is fitted over at most the last this many steps (intervals)
+    min_points: int = 10  # fewer steps after warm-up: no verdict
+    num_blocks: int = 8  # the window is cut into this many blocks of consecutive steps (intervals)
+    min_rising_frac: float = 0.7  # this share of the changes between consecutive blocks' medians are rises
+    min_half_ratio: float = 0.25  # each half of the window grows at least this share of the window's slope
+    min_growth_bytes: int = 256 * MIB  # growth over the window, at the fitted slope, to be reported
+    min_growth_noise_ratio: float = 3.0  # and at least this many times the noise around the fitted line
+    critical_within_s: float = 7200.0  # projected OOM sooner than this: critical
+    critical_within_steps: float = 100.0  # without step times: sooner than this many steps
+    component_share: float = 0.5  # a part of the card's growth at least this share of it is named as the cause
+    sample_interval_s: float = 60.0  # watch's samples: the largest value of each interval this long is a point
+    min_retry_rises: int = 3  # allocation retries rising in at least this many steps of the window
+    min_retry_frac: float = 0.5  # and in at least this share of them: "climbing"
+
+    def trend(self) -> TrendConfig:
+        names = {f.name for f in fields(TrendConfig)}
+        return TrendConfig(**{f.name: getattr(self, f.name) for f in fields(self) if f.name in names})
+
+
+# Where the card's growth goes (a finding's `component`), and the capacities a projection runs against.
+WHERE = {
+    "allocated": "the trainer's allocated memory: tensors kept alive, a leak in the training code",
+    "reserved": "the trainer's reserved memory; allocated flat: cached blocks, not a tensor leak",
+    "other-processes": "outside the trainer's allocator: other processes on the GPU (the rollout engine)",
+    "gpu-used": "the card's used memory; the trainer's allocator was not recorded",
+}
+CAPACITY_NAMES = {"gpu-total": "card", "ram": "host's RAM", "cgroup-memory-max": "memory cgroup limit",
+                  "rlimit-as": "address-space limit (RLIMIT_AS)"}
+
+
+def gpu_component(card_slope: float, split: dict[str, float | None], component_share: float) -> str:
+    """Which part of a card's growth is the cause, from the window slopes of `split` ("allocated",
+    "reserved", "other": the card's used memory less the trainer's reserved); a key of WHERE."""
+    reserved, allocated, other = split["reserved"], split["allocated"], split["other"]
+    if reserved is None:
+        return "gpu-used"
+    if other is not None and other >= component_share * card_slope:
+        return "other-processes"
+    if allocated is not None and allocated >= component_share * max(reserved, 0.0) and allocated > 0:
+        return "allocated"
+    return "reserved"
 
 
 @dataclass(frozen=True)

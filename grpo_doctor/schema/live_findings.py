@@ -12,7 +12,9 @@ a finding is said or clears:
 Each finding has the shape of a finding in findings.json (docs/findings.md) plus when it was said:
 `state` ("standing", or "cleared" once a later step broke it), `said_at_step` (the source's step whose
 record or printed line made it stand), `said_t` / `cleared_t` (wall s), `cleared_at_step`. `step` is the
-finding's own step, the one the report at the end gives (the first degenerate step).
+finding's own step, the one the report at the end gives (the first degenerate step; memory-growth's
+last step judged, null from watch's samples). A memory-growth warning whose projected OOM comes near
+turns critical in place: `critical_at_step` / `critical_t` say when.
 
 Typical use:
     data = live_findings_json(host, findings, t)            # watch (supervisor/sentinels.py)

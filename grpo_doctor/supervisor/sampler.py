@@ -13,6 +13,7 @@ Typical use:
     sampler.start()
     ...
     sampler.latest(1)    # ProcSample(rank=1, pid=4102, state="sleeping", cpu_pct=0.0, ...)
+    sampler.drain()      # every sample taken since the last drain (watch's live memory-growth)
     sampler.stop()
     samples = load_samples(run_paths.supervisor / host / "samples.jsonl")
 """
@@ -23,6 +24,7 @@ import json
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +43,7 @@ MIN_CPU_INTERVAL_S = 0.2
 MAX_SAMPLES_BYTES = 2**30  # load_samples reads samples.jsonl whole (the report reads it line by line)
 UNREADABLE = "unreadable"  # alive, but /proc does not show it to us (hidepid)
 GONE = "gone"  # the state of a process that no longer exists (or whose pid now names another one)
+MAX_UNDRAINED = 4096  # samples kept for drain() (watch's live memory rule); the oldest go past this
 
 
 @dataclass(frozen=True)
@@ -157,6 +160,7 @@ class Sampler:
         self._procs: dict[int, tuple[int, psutil.Process | None, float]] = {}
         self._latest: dict[int, ProcSample] = {}
         self._latest_gpus: list[GpuSample] = []
+        self._undrained: deque[Sample] = deque(maxlen=MAX_UNDRAINED)  # appended by the thread, taken by drain()
         self._targets_lock = threading.Lock()
         self._round_lock = threading.Lock()  # the thread and a direct sample_once() must not mix lines
         self._file: IO[str] | None = None
@@ -184,6 +188,13 @@ class Sampler:
         held = [used for g in self._latest_gpus for p, used in g.processes if p == pid and used is not None]
         return sum(held) if held else None
 
+    def drain(self) -> list[Sample]:
+        """The samples taken since the last call, oldest first (at most MAX_UNDRAINED)."""
+        out = []
+        while self._undrained:
+            out.append(self._undrained.popleft())
+        return out
+
     def sample_once(self, now: float | None = None) -> list[Sample]:
         """One round: every GPU, then every target process; appended to out_path and returned."""
         with self._round_lock:
@@ -198,6 +209,7 @@ class Sampler:
                 sample = _sample_process(t, rank, pid, proc, measured)
                 self._latest[rank] = sample
                 samples.append(sample)
+            self._undrained.extend(samples)
             self._write(samples)
             return samples
 

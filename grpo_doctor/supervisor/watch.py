@@ -198,7 +198,7 @@ class Watch:
                 try:
                     now = time.monotonic()
                     records = self.tracker.poll(now)
-                    for line in self.seeds.feed(records) + self.sentinels.check(records):
+                    for line in self.seeds.feed(records) + self.sentinels.check(records, self.sampler.drain()):
                         self.console.note(line)
                     if now >= next_discovery:
                         self._discover()

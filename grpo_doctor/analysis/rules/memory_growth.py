@@ -42,7 +42,6 @@ rose), `alloc_retry_window_steps` (the steps looked at).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -52,13 +51,17 @@ from grpo_doctor.analysis import remedies
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.checks.memory_trend import (
+    CAPACITY_NAMES,
+    WHERE,
     TrendConfig,
+    gpu_component,
     memory_growth_check,
     projection_text,
     rate_text,
     window,
     window_slope,
 )
+from grpo_doctor.checks.memory_trend import MemoryGrowthConfig as Config  # watch's live rule reads it too
 
 ID = "memory-growth"
 
@@ -88,37 +91,6 @@ HINT_RETRIES = ("The CUDA allocator retries step after step (num_alloc_retries: 
                 "again, which synchronizes the GPU and slows every step): the card is at its limit. Lower the peak "
                 "(micro batch, completion length, activation checkpointing) or the engine's share.")
 HINTS = (HINT_CACHED, HINT_ENGINE, HINT_LEAK, HINT_HOST, HINT_RETRIES, remedies.VLLM_SHARE, remedies.SLEEP_AND_OFFLOAD)
-
-WHERE = {
-    "allocated": "the trainer's allocated memory: tensors kept alive, a leak in the training code",
-    "reserved": "the trainer's reserved memory; allocated flat: cached blocks, not a tensor leak",
-    "other-processes": "outside the trainer's allocator: other processes on the GPU (the rollout engine)",
-    "gpu-used": "the card's used memory; the trainer's allocator was not recorded",
-}
-CAPACITY_NAMES = {"gpu-total": "card", "ram": "host's RAM", "cgroup-memory-max": "memory cgroup limit",
-                  "rlimit-as": "address-space limit (RLIMIT_AS)"}
-
-
-@dataclass(frozen=True)
-class Config:
-    warmup_points: int = 5  # the first steps (sample intervals) are never trended
-    window_points: int = 200  # the trend is fitted over at most the last this many steps (intervals)
-    min_points: int = 10  # fewer steps after warm-up: no verdict
-    num_blocks: int = 8  # the window is cut into this many blocks of consecutive steps (intervals)
-    min_rising_frac: float = 0.7  # this share of the changes between consecutive blocks' medians are rises
-    min_half_ratio: float = 0.25  # each half of the window grows at least this share of the window's slope
-    min_growth_bytes: int = 256 * 2**20  # growth over the window, at the fitted slope, to be reported
-    min_growth_noise_ratio: float = 3.0  # and at least this many times the noise around the fitted line
-    critical_within_s: float = 7200.0  # projected OOM sooner than this: critical
-    critical_within_steps: float = 100.0  # without step times: sooner than this many steps
-    component_share: float = 0.5  # a part of the card's growth at least this share of it is named as the cause
-    sample_interval_s: float = 60.0  # watch's samples: the largest value of each interval this long is a point
-    min_retry_rises: int = 3  # allocation retries rising in at least this many steps of the window
-    min_retry_frac: float = 0.5  # and in at least this share of them: "climbing"
-
-    def trend(self) -> TrendConfig:
-        names = {f.name for f in fields(TrendConfig)}
-        return TrendConfig(**{f.name: getattr(self, f.name) for f in fields(self) if f.name in names})
 
 
 def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
@@ -189,7 +161,7 @@ def _gpu_from_records(rank: int, host: str | None, frame: pd.DataFrame, cfg: Con
     split = {name: window_slope(steps, frame[column].to_numpy(dtype=float), trend, ev["num_points"])
              for name, column in (("allocated", "allocated_bytes"), ("reserved", "reserved_bytes"),
                                   ("other", "others"))}
-    component = _gpu_component(ev["slope_bytes_per_step"], split, cfg)
+    component = gpu_component(ev["slope_bytes_per_step"], split, cfg.component_share)
     where = f"GPU {gpu} of rank {rank}" if gpu is not None else f"the GPU of rank {rank}"
     retry_text = (f"; the allocator retried in {len(retries['alloc_retry_steps'])} of the last "
                   f"{retries['alloc_retry_window_steps']} steps" if retries else "")
@@ -203,17 +175,6 @@ def _gpu_from_records(rank: int, host: str | None, frame: pd.DataFrame, cfg: Con
                   "reserved_slope_bytes_per_step": split["reserved"],
                   "other_slope_bytes_per_step": split["other"], **(retries or {})},
         hints=_gpu_hints(component, bool(retries)))
-
-
-def _gpu_component(card_slope: float, split: dict[str, float | None], cfg: Config) -> str:
-    reserved, allocated, other = split["reserved"], split["allocated"], split["other"]
-    if reserved is None:
-        return "gpu-used"
-    if other is not None and other >= cfg.component_share * card_slope:
-        return "other-processes"
-    if allocated is not None and allocated >= cfg.component_share * max(reserved, 0.0) and allocated > 0:
-        return "allocated"
-    return "reserved"
 
 
 def _gpu_hints(component: str, retries: bool) -> tuple[str, ...]:
