@@ -26,7 +26,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 GAP_FACTOR = 2.0  # an interval above this x the median one breaks a run of logged steps
-NONFINITE_CHECKED = ("loss", "grad_norm")  # canonical names nan-loss checks (each framework's own aliases too)
+# canonical names nan-loss checks (each framework's own aliases too): a NaN reward poisons every advantage
+NONFINITE_CHECKED = ("loss", "grad_norm", "reward")
 # constant-reward reads the first of these a source logs (schema/metric_vocab.py names them)
 REWARD_STD_METRICS = ("reward_std_batch", "reward_func_std_max", "reward_range_batch")
 # stale-rollout-weights reads the first of these a source logs, each with its own floor (Config field)

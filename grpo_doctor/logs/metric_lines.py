@@ -130,6 +130,22 @@ class MetricLineReader:
         self.rows.setdefault(framework, []).append(entry)
 
 
+def is_framework_line(line: str) -> bool:
+    """Whether `line` is one the framework readers above read (a training dict, a verl step line): the
+    general reader (metric_text.py) leaves those to them."""
+    if "step:" in line and _VERL_START.search(line):
+        return True
+    if " - " in line and _CONTINUATION.match(line.strip()):  # the rest of a verl line a paste broke
+        return True
+    if not any(marker in line for marker in _TEXT_MARKERS):
+        return False
+    entry = dict_pairs(line)
+    return bool(_TRAINING_KEYS.intersection(entry))
+
+
+_TEXT_MARKERS = tuple(marker.decode() for marker in MARKERS)
+
+
 def _marked_line_starts(chunk: bytes) -> list[int]:
     """Where the lines holding a marker start, in order: found by bytes.find, so that the lines without
     one (nearly all of a big log) never reach Python code."""

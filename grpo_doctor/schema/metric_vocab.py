@@ -97,6 +97,7 @@ SPANS = (("reward_range_batch", "critic/score/max", "critic/score/min"),
 CANONICAL = (*ALIASES, "reward_func_std_max", *(name for name, _, _ in SPANS))
 REWARD_STD_MEANINGS = ("batch", "group_mean")
 TRL, SWIFT, VERL, OPENRLHF = "trl", "ms-swift", "verl", "openrlhf"
+TEXT = "text"  # rows of the general metric reader (logs/metric_text.py): any logger, names mapped by rules
 _VERL_PREFIXES = ("actor/", "critic/", "response_length/")
 _OPENRLHF_NAMES = ("policy_loss", "actor_lr", "actor_grad_norm")
 _SWIFT_NAMES = ("global_step/max_steps", "train_speed(iter/s)", "train_speed(s/it)")
