@@ -12,7 +12,7 @@ Typical use:
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Set
 
 from grpo_doctor.runlog.rank_states import CLEAN_ENDS, RankState
 from grpo_doctor.schema.watch_files import WatchedRank, WatchSummary
@@ -22,15 +22,17 @@ from grpo_doctor.supervisor.progress import RankProgress
 
 def watched_ranks(progress: Mapping[int, RankProgress], pids: Mapping[int, int],
                   gone: Mapping[int, str], roles: Mapping[int, str] | None = None,
-                  gone_t: Mapping[int, float] | None = None) -> dict[int, WatchedRank]:
+                  gone_t: Mapping[int, float] | None = None, exited: Set[int] = frozenset()) -> dict[int, WatchedRank]:
     """Every rank watch followed (by its event log or its process), as it last saw it; `roles`: rank ->
-    its Ray actor's process title; `gone_t`: rank -> when its process was seen gone."""
+    its Ray actor's process title; `gone_t`: rank -> when its process was seen gone; `exited`: ranks
+    without records that the launcher's exit status 0 says ended cleanly."""
     ranks = {}
     for rank in sorted(set(progress) | set(pids)):
         p = progress.get(rank)
         ranks[rank] = WatchedRank(
             pid=pids.get(rank) or (p.pid if p else None), step=p.step if p else None,
-            open_phase=p.open_path if p else None, ended=str(p.ended) if p and p.ended is not None else None,
+            open_phase=p.open_path if p else None,
+            ended=str(p.ended) if p and p.ended is not None else ("exit" if rank in exited else None),
             error=p.error if p else None, gone=gone.get(rank), role=(roles or {}).get(rank),
             gone_t=(gone_t or {}).get(rank),
         )

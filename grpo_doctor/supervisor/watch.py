@@ -65,6 +65,7 @@ from grpo_doctor.supervisor.summary import build_summary, summary_lines, watched
 HANG_EXIT = 124  # the job hung and watch ended it (--on-hang kill), as timeout(1) reports
 LOOP_S = 0.5  # event-log poll; a stall is judged in seconds, so this costs little latency
 DISCOVER_EVERY_S = 1.0
+QUIET_GONE_S = 3.0  # a job's ranks end within a few seconds of each other; its launcher a moment later
 PIPE_BYTES = 2**20  # the job's output pipes: 20 ms of output at 50 MB/s, so a busy watch thread never stalls it
 SWITCH_INTERVAL_S = 0.0005  # the tee threads get the GIL back from the scanner within this
 FLEET_STACKS_WAIT_S = 10.0  # past the second look: how long the decider waits for the other nodes' stacks
@@ -107,6 +108,10 @@ class Watch:
         self.rank_pids: dict[int, int] = {}
         self.gone: dict[int, str] = {}
         self.gone_t: dict[int, float] = {}  # wall s: the order ranks left in names the first
+        # Ranks without records (not instrumented) that left: no end record can say how. Said live only
+        # if the job still runs QUIET_GONE_S later; at a clean end the launcher's status 0 says they did.
+        self.unrecorded_gone: dict[int, float] = {}
+        self.unrecorded_said: set[int] = set()
         self.ray = RayWorkers()  # Ray actors of the job: their titles, ranked or not
         self.hangs: list[HangReport] = []
         # The cli sends the end-of-job findings through it too, then closes it (a bounded wait).
@@ -203,6 +208,7 @@ class Watch:
                     if now >= next_discovery:
                         self._discover()
                         next_discovery = now + DISCOVER_EVERY_S
+                    self._say_unrecorded_gone(now)
                     self._update_panel(now)
                     self._fail_slow_step(now)
                     if status is None and self._hang_step(now):
@@ -281,6 +287,8 @@ class Watch:
             if rank in self.gone and pid != self.rank_pids.get(rank):
                 del self.gone[rank]  # restarted (torchrun --max-restarts): a new process for that rank
                 self.gone_t.pop(rank, None)
+                self.unrecorded_gone.pop(rank, None)
+                self.unrecorded_said.discard(rank)
             if rank not in self.gone:
                 self.rank_pids[rank] = pid
         live = {r: p for r, p in self.rank_pids.items() if r not in self.gone}
@@ -297,9 +305,23 @@ class Watch:
         phase = f" in {progress.open_path or 'no phase'} at step {progress.step}" if progress else ""
         how = progress.error if progress and progress.error else "without an end record (killed: SIGKILL or the OOM killer?)"
         actor = actor_of(self.ray.role(rank))  # the method last seen may be stale by now; the class is not
-        self.gone[rank] = f"pid {pid}{f' ({actor})' if actor else ''} gone {how}{phase}{rss}"
+        who = f"pid {pid}{f' ({actor})' if actor else ''}"
         self.gone_t[rank] = time.time()
+        if progress is None:
+            self.gone[rank] = f"{who} exited (not instrumented: no end record says how){rss}"
+            self.unrecorded_gone[rank] = time.monotonic()
+            return
+        self.gone[rank] = f"{who} gone {how}{phase}{rss}"
         self.console.note(f"rank {rank} {self.gone[rank]}")
+
+    def _say_unrecorded_gone(self, now: float) -> None:
+        """An unrecorded rank that left while other ranks run on is worth a line; one of a job ending is not."""
+        if not any(r not in self.gone for r in self.rank_pids):
+            return  # every rank has left: the job is ending, and the launcher's status will say how
+        for rank, t in self.unrecorded_gone.items():
+            if now - t >= QUIET_GONE_S and rank not in self.unrecorded_said and rank in self.gone:
+                self.console.note(f"rank {rank} {self.gone[rank]} while other ranks run on")
+                self.unrecorded_said.add(rank)
 
     def _fail_slow_step(self, now: float) -> None:
         """Stack rounds while the job moves: started once its steps are under way, when its pace falls, or
@@ -594,9 +616,12 @@ class Watch:
                 self.console.note(line)
         except Exception as exc:  # noqa: BLE001 - never what loses the summary
             self._internal_error(exc)
+        if status == 0 and not hang_ended:  # the launcher says every unrecorded rank exited cleanly
+            self.gone.update({r: "ended (the launcher exited 0)" for r in self.unrecorded_gone if r in self.gone})
+        ranks = watched_ranks(self.tracker.ranks, self.rank_pids, self.gone, roles=self.ray.roles, gone_t=self.gone_t,
+                              exited=set(self.unrecorded_gone) if status == 0 and not hang_ended else set())
         summary = build_summary(
-            self.host, status, exit_status, hang_ended, watched_ranks(self.tracker.ranks, self.rank_pids, self.gone,
-                                                                 roles=self.ray.roles, gone_t=self.gone_t),
+            self.host, status, exit_status, hang_ended, ranks,
             num_hangs=len(self.hangs), signatures=self.live_scan.counts, bad_event_lines=self.tracker.num_bad_lines,
             live_scan_complete=self.live_scan.complete, live_scan_skipped_bytes=self.live_scan.skipped_bytes)
         summary_file = self.watch_files.summary_json

@@ -15,7 +15,7 @@ FRAMEWORKS = {"trl", "ms-swift", "verl", "openrlhf", "llama-factory", "deepspeed
 FINDING_IDS = {"hang", "rank-crash", "cuda-oom", "nccl-timeout", "config-mismatch", "version-mismatch", "straggler",
                "nccl-error", "rendezvous-failure", "host-oom", "vllm-memory", "collective-mismatch", "seed-collision",
                "nan-loss", "dead-step", "constant-reward", "zero-std-groups", "zero-kl", "length-collapse",
-               "entropy-collapse", "stale-rollout-weights"}
+               "entropy-collapse", "stale-rollout-weights", "gpu-fault"}
 MIN_CASES = 120
 MIN_CONTROLS = 25
 MIN_SCORE = 0.95

@@ -165,6 +165,36 @@ def test_a_rank_killed_with_sigkill_is_named_with_its_last_phase(tmp_path):
 
 
 @pytest.mark.distributed
+def test_an_uninstrumented_job_that_ends_cleanly_is_not_called_a_crash(tmp_path):
+    """Its ranks write no end record: the launcher's exit status 0 is what says they ended well."""
+    script = write_program(tmp_path, """
+        import torch.distributed as dist
+        dist.init_process_group("gloo")
+        dist.barrier()
+        print("done", flush=True)
+    """, name="plain.py")
+    run_dir = tmp_path / "run"
+    out = run_watch(watch_cmd(run_dir) + torchrun() + [str(script)], tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "gone" not in out.stderr and "rank-crash" not in out.stderr, out.stderr[-3000:]
+    findings = json.loads((run_dir / "findings.json").read_text())["findings"]
+    assert not [f for f in findings if f["id"] == "rank-crash"], findings
+
+
+@pytest.mark.distributed
+def test_an_uninstrumented_rank_that_exits_while_the_others_run_is_said_live(tmp_path):
+    script = write_program(tmp_path, """
+        import os, time
+        time.sleep(3 if os.environ["RANK"] == "1" else 12)
+    """, name="plain.py")
+    run_dir = tmp_path / "run"
+    out = run_watch(watch_cmd(run_dir) + torchrun() + [str(script)], tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    said = [line for line in out.stderr.splitlines() if "rank 1 pid" in line and "while other ranks run on" in line]
+    assert said and "not instrumented" in said[0], out.stderr[-3000:]
+
+
+@pytest.mark.distributed
 def test_ctrl_c_to_watch_leaves_no_process_behind(tmp_path):
     run_dir = tmp_path / "run"
     cmd = watch_cmd(run_dir) + torchrun() + ["-m", "grpo_doctor_trainer.train", "--model", "tiny", "--steps", "10000"]
