@@ -22,14 +22,18 @@ def joined(parts: Sequence[Column]) -> np.ndarray | pd.api.extensions.ExtensionA
     parts = [p for p in parts if len(p)]
     if not parts:
         return []
-    if all(isinstance(p, np.ndarray) for p in parts) and len({p.dtype for p in parts}) == 1:
-        return np.concatenate(parts)
-    if all(isinstance(p, FloatsWithNone) or isinstance(p, np.ndarray) and p.dtype == np.float64 for p in parts):
-        return np.concatenate([p.values if isinstance(p, FloatsWithNone) else p for p in parts])
-    if all(isinstance(p, Codes) for p in parts):
+    arrays = [p for p in parts if isinstance(p, np.ndarray)]
+    if len(arrays) == len(parts) and len({a.dtype for a in arrays}) == 1:
+        return np.concatenate(arrays)
+    floats = [p.values if isinstance(p, FloatsWithNone) else p for p in parts
+              if isinstance(p, FloatsWithNone) or isinstance(p, np.ndarray) and p.dtype == np.float64]
+    if len(floats) == len(parts):
+        return np.concatenate(floats)
+    coded = [p for p in parts if isinstance(p, Codes)]
+    if len(coded) == len(parts):
         index: dict[str, int] = {}
         codes = [np.array([index.setdefault(v, len(index)) for v in p.values], dtype=np.int32)[p.codes]
-                 for p in parts]
+                 for p in coded]
         # pandas' own string array for these values (what it infers from a list of them), then one
         # take: five times faster than pandas reading a million Python strings.
         strings = pd.DataFrame({"value": list(index)})["value"].array

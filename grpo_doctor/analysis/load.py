@@ -398,8 +398,8 @@ def _add_signatures(ev: Evidence, signatures: Iterable[Signature], source: str, 
 
 def _build_tables(ev: Evidence) -> None:
     logs = sorted((ev.run.ranks if ev.run else {}).items())
-    ev.phases = _rank_frame(ev, [(rank, log.tables.phases) for rank, log in logs], PHASE_COLUMNS)
-    ev.memory = _rank_frame(ev, [(rank, log.tables.memory) for rank, log in logs], MEMORY_COLUMNS)
+    ev.phases = _rank_frame(ev, [(rank, log.tabled().phases) for rank, log in logs], PHASE_COLUMNS)
+    ev.memory = _rank_frame(ev, [(rank, log.tabled().memory) for rank, log in logs], MEMORY_COLUMNS)
     errors, rng_records = [], []
     for rank, log in logs:
         host = ev.host_of(rank)
@@ -473,12 +473,15 @@ def _step_frame(ev: Evidence, logs: list[tuple[int, RankLog]]) -> pd.DataFrame:
     From the ranks' step columns where all have the same metrics (a trainer's do); else from one
     dict per Step record, whose columns are the metrics in the order they first occur.
     """
-    with_steps = [(rank, log) for rank, log in logs if log.tables.steps is None or len(log.tables.steps["step"])]
+    with_steps = [(rank, log) for rank, log in logs
+                  if (steps := log.tabled().steps) is None or len(steps["step"])]
     if not with_steps:
         return pd.DataFrame(columns=STEP_COLUMNS)
-    names = {tuple(log.tables.steps) if log.tables.steps is not None else None for _, log in with_steps}
-    if len(names) == 1 and None not in names:
-        return _rank_frame(ev, [(rank, log.tables.steps) for rank, log in with_steps], ["rank", "host", *names.pop()])
+    columns = [(rank, log.tabled().steps) for rank, log in with_steps]
+    tabled = [(rank, steps) for rank, steps in columns if steps is not None]
+    names = {tuple(steps) for _, steps in tabled}
+    if len(tabled) == len(columns) and len(names) == 1:
+        return _rank_frame(ev, tabled, ["rank", "host", *names.pop()])
     return pd.DataFrame([{"rank": rank, "host": ev.host_of(rank), "step": rec.step, "t": rec.t, **rec.metrics}
                          for rank, log in with_steps for rec in log.records if isinstance(rec, Step)])
 

@@ -30,7 +30,8 @@ class ProbeEvidence:
         """(file, problem) for every problem, each distinct one once: every node saw the
         same comparison, and a shared run directory holds all their files."""
         seen: dict[tuple[str, str], tuple[str, Problem]] = {}
-        for path, report in [*self.nodes, *self.collectives]:
+        reports: list[tuple[str, NodeReport | CollectivesReport]] = [*self.nodes, *self.collectives]
+        for path, report in reports:
             for problem in report.problems:
                 seen.setdefault((problem.id, problem.message), (path, problem))
         return list(seen.values())

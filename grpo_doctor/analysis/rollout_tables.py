@@ -99,7 +99,7 @@ def cross_rank_overlaps(records: Iterable[Rollout]) -> dict[int, dict[tuple[int,
                     total[0] += matched / (len(by_rank[a]) + len(by_rank[b]))
                     total[1] += 1
                     total[2] += unanimous
-        out[step] = {pair: PairOverlap(identical_frac=s / n, num_prompts=n, unanimous_frac=u / n,
+        out[step] = {pair: PairOverlap(identical_frac=s / n, num_prompts=int(n), unanimous_frac=u / n,
                                        within_duplicate_rate=_larger(_mean(dup_rates.get((pair[0], step))),
                                                                      _mean(dup_rates.get((pair[1], step)))))
                      for pair, (s, n, u) in sums.items()}

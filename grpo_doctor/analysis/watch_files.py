@@ -90,7 +90,7 @@ def read_memory_plan(path: Path, warnings: list[str]) -> dict | None:
     if problem:
         warnings.append(f"{path}: not a plan as watch writes it ({problem}); left out")
         return None
-    return data
+    return data if isinstance(data, dict) else None  # a dict: the shape check said so
 
 
 MAX_PLAN_BYTES = 2**50  # a part or a GPU larger than this is no GPU's
@@ -122,7 +122,7 @@ def _plan_shape_problem(data: object) -> str | None:
 
 def _gpu_problem(gpu: object) -> str | None:
     phases = gpu.get("phases") if isinstance(gpu, dict) else None
-    if not isinstance(phases, dict) or not phases:
+    if not isinstance(gpu, dict) or not isinstance(phases, dict) or not phases:
         return "a GPU without phases"
     for phase in phases.values():
         parts = phase.get("parts") if isinstance(phase, dict) else None

@@ -46,7 +46,9 @@ def log_excerpts(rows: Iterable[dict[str, Any]], context: int = CONTEXT_LINES,
 
 def _one_per_kind_first(rows: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
     """Up to `limit` rows, every kind represented before any kind gets a second excerpt."""
-    firsts, rest, seen = [], [], set()
+    firsts: list[dict[str, Any]] = []
+    rest: list[dict[str, Any]] = []
+    seen: set[Any] = set()
     for row in rows:
         (rest if row["kind"] in seen else firsts).append(row)
         seen.add(row["kind"])

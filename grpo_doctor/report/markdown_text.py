@@ -21,7 +21,7 @@ Typical use:
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from grpo_doctor.logs.terminal_text import terminal_safe
 
@@ -66,7 +66,7 @@ def fenced(lines: Iterable[object], info: str = "text", max_line_chars: int = MA
     return f"{fence}{info}\n{body}\n{fence}"
 
 
-def table(header: list[str], rows: Iterable[list[object]]) -> str:
+def table(header: list[str], rows: Iterable[Sequence[object]]) -> str:
     """A GFM table; header cells are ours, row cells run data (escaped, `|` included)."""
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(text(cell, 300) or " " for cell in row) + " |" for row in rows]

@@ -144,12 +144,12 @@ def _draw_timeline(ev: Evidence, top: pd.DataFrame, end_of_run: float, cut: Time
     x0, x1 = axis(t0), axis(t1)
     rank_of, phase = top["rank"].to_numpy(), top["phase"].to_numpy(object)
     open_keys = set(zip(rank_of[is_open], phase[is_open], strict=True))
-    labels: dict[str | None, None] = {}  # phase names, None standing for the open phases
+    legend: dict[str | None, None] = {}  # phase names, None standing for the open phases
     for key in dict.fromkeys(zip(rank_of, phase, strict=True)):
-        labels.setdefault(key[1])
+        legend.setdefault(key[1])
         if key in open_keys:
-            labels.setdefault(None)
-    for name in labels:
+            legend.setdefault(None)
+    for name in legend:
         if name is None:
             # The open phase keeps its colour (faint) under the hatching: which phase hangs is the point.
             faces = [(*colours[p][:3], 0.3) for p in phase[is_open]]
@@ -233,7 +233,9 @@ def _boxes(ax, x0: np.ndarray, x1: np.ndarray, row: np.ndarray, **style) -> None
     """What broken_barh draws (boxes 0.8 high centred on their row), for boxes on any rows at once."""
     y0, y1 = row - 0.4, row - 0.4 + 0.8
     corners = [(x0, y0), (x0, y1), (x1, y1), (x1, y0)]
-    ax.add_collection(PolyCollection(np.stack([np.stack(c, axis=-1) for c in corners], axis=1), **style))
+    verts = np.stack([np.stack(c, axis=-1) for c in corners], axis=1)  # (boxes, 4 corners, x and y)
+    # matplotlib's stub asks a Sequence of vertex arrays; it takes one (N, 4, 2) array, without a list of N.
+    ax.add_collection(PolyCollection(verts, **style))  # type: ignore[arg-type]
 
 
 def memory_over_time(ev: Evidence) -> str | None:

@@ -49,7 +49,7 @@ def environment_table(ev: Evidence) -> dict[str, Any]:
     for header in ev.headers.values():
         if header.host in per_host:
             continue
-        values = {f"version: {k}": v for k, v in sorted((header.versions or {}).items())}
+        values: dict[str, Any] = {f"version: {k}": v for k, v in sorted((header.versions or {}).items())}
         values |= {k: v for k, v in sorted((header.launch or {}).items()) if k not in PER_RANK_KEYS}
         values["ranks on this host"] = header.local_world_size
         per_host[header.host] = values
@@ -57,9 +57,9 @@ def environment_table(ev: Evidence) -> dict[str, Any]:
     keys = sorted({k for values in per_host.values() for k in values})
     rows = []
     for key in keys:
-        values = [per_host[h].get(key) for h in hosts]
-        rows.append({"key": key, "values": ["(not set)" if v is None else str(v) for v in values],
-                     "differs": len(hosts) > 1 and len({repr(v) for v in values}) > 1})
+        row_values = [per_host[h].get(key) for h in hosts]
+        rows.append({"key": key, "values": ["(not set)" if v is None else str(v) for v in row_values],
+                     "differs": len(hosts) > 1 and len({repr(v) for v in row_values}) > 1})
     rows.sort(key=lambda r: not r["differs"])
     return {"hosts": hosts, "rows": rows}
 

@@ -12,11 +12,13 @@ import contextlib
 import gc
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from grpo_doctor.schema import BadRecord, Record, UnknownRecord, record_from_dict
 from grpo_doctor.schema.field_checks import wrong_field
 
+orjson_loads: Callable[[bytes], Any] | None
 try:  # a dependency, yet optional here: without it lines go through the stdlib json (3x slower)
     from orjson import loads as orjson_loads
 except ImportError:  # pragma: no cover - orjson has wheels for every platform we support
@@ -38,7 +40,8 @@ def checked_record(data) -> Record | UnknownRecord:
     return record
 
 
-_scan_json = json.JSONDecoder().scan_once  # the C scanner json.loads ends in, without its per-call checks
+# The C scanner json.loads ends in, without its per-call checks (set by JSONDecoder.__init__; typeshed omits it).
+_scan_json = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 
 
 def decode_line(line: bytes):

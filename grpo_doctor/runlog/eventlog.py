@@ -184,7 +184,7 @@ def _merge(run: RunLog, log: RankLog, said: FileWarnings) -> None:
 
 def _warn_about_file(log: RankLog, said: FileWarnings) -> None:
     where = str(log.path)
-    if log.num_bad_lines:
+    if log.num_bad_lines and log.first_bad_line is not None:  # the first is set with the count
         how = " (the last line is truncated: the process died while writing)" if log.truncated_tail else ""
         why = f" ({log.first_bad_reason})" if log.first_bad_reason else ""
         at = f"byte {log.first_bad_line - 1}" if log.sampled else f"line {log.first_bad_line}"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from grpo_doctor.schema import End, Error, Header, Memory, PhaseBegin, PhaseEnd, Record, Step, UnknownRecord
 from grpo_doctor.schema.field_checks import sane_world_size
@@ -53,13 +53,19 @@ class RankLog:
 
     @property
     def headers(self) -> list[Header]:
-        return [self.records[i] for i in self._indexed().header_positions]
+        return [cast(Header, self.records[i]) for i in self._indexed().header_positions]
 
     @property
     def header(self) -> Header | None:
         """The latest header: the one describing the last attempt of this rank."""
         positions = self._indexed().header_positions
-        return self.records[positions[-1]] if positions else None
+        return cast(Header, self.records[positions[-1]]) if positions else None
+
+    def tabled(self) -> RankTables:
+        """`tables`, for a log read by runlog/rank_tables.py (which sets them before any line)."""
+        if self.tables is None:
+            raise ValueError(f"{self.path}: read without tables (not by rank_tables.read_rank_tables)")
+        return self.tables
 
     def of_kind(self, cls: type) -> list:
         if self.tables is not None and cls in _TABLED_KINDS:
@@ -133,11 +139,14 @@ class RankLog:
         if (self.tables is None) != (other.tables is None):
             raise ValueError("rank logs read by different readers cannot be merged")
         records = sorted(self.records + other.records, key=record_time)
-        if self.tables is not None:
-            first, later = (self, other) if _first_time(self) <= _first_time(other) else (other, self)
-            self.tables = first.tables.followed_by(later.tables, records)
+        mine, theirs = self.tables, other.tables
+        if mine is not None and theirs is not None:
+            earlier_mine = _first_time(self) <= _first_time(other)
+            self.tables = mine.followed_by(theirs, records) if earlier_mine else theirs.followed_by(mine, records)
         self.records = records
         self.num_bad_lines += other.num_bad_lines
+        if self.first_bad_line is None:  # the other file's first bad line, where this one had none
+            self.first_bad_line, self.first_bad_reason = other.first_bad_line, other.first_bad_reason
         self.num_damaged_regions += other.num_damaged_regions
         if self.first_damaged_offset is None:
             self.first_damaged_offset = other.first_damaged_offset

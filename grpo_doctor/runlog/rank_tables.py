@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from operator import itemgetter
 from pathlib import Path
+from typing import Any
 
 from grpo_doctor.runlog.columns import (
     Codes,
@@ -82,7 +83,8 @@ def _wire_keys(cls: type[Record]) -> tuple[str, ...]:
     return ("schema", "kind", *field_order(cls))
 
 
-_WIRE_KEYS = {cls.KIND.value: _wire_keys(cls) for cls in TABLED_TYPES}
+# Looked up by whatever a line's "kind" holds (a damaged line's may be anything): Any keys.
+_WIRE_KEYS: dict[Any, tuple[str, ...]] = {cls.KIND.value: _wire_keys(cls) for cls in TABLED_TYPES}
 _memory_values = itemgetter(*MEMORY_FIELDS)
 _begin_values = itemgetter("step", "t", "path")
 _end_values = itemgetter("phase", "path", "t", "duration_s", "error")
@@ -157,7 +159,7 @@ def read_rank_tables(path: str | Path, exact: bool = False, strict: bool = False
 def _restart_unread(log: RankLog) -> bool:
     """Whether the last record read was written by a process no read header names: a restart whose
     header lies in the unread middle."""
-    final = log.tables.last_record
+    final = log.tabled().last_record
     return isinstance(final, Record) and final.pid not in {h.pid for h in log.headers}
 
 
@@ -239,7 +241,7 @@ def _tabulate(log: RankLog, lines: Iterable[tuple[int, bytes, bool]], exact: boo
         end_t_(None)
         duration_s_(None)
         error_(None)
-    tables = log.tables
+    tables = log.tabled()
     tables.phases = {name: compact(values) for name, values in phases.items()}
     memory = list(zip(*memory_rows, strict=True)) if memory_rows else [() for _ in MEMORY_FIELDS]
     tables.memory = {name: compact(list(values)) for name, values in zip(MEMORY_FIELDS, memory, strict=True)}
@@ -262,7 +264,7 @@ def _set_first(log: RankLog, lines: Iterable[tuple[int, bytes, bool]]) -> None:
         except (ValueError, TypeError, BadRecord):
             continue
         if isinstance(record, Record):
-            log.tables.first_host = record.host
+            log.tabled().first_host = record.host
             if log.rank < 0:
                 log.rank = record.rank
             return
@@ -304,7 +306,8 @@ def _record_of(line: bytes) -> Record | UnknownRecord:
 
 def _lost_long_int(log: RankLog) -> bool:
     """Whether orjson may have read an integer beyond 64 bits in a tabled line as a float."""
-    columns = [*log.tables.phases.values(), *log.tables.memory.values(), list(log.pids)]
+    tables = log.tabled()
+    columns = [*tables.phases.values(), *tables.memory.values(), list(log.pids)]
     return any(may_be_long_int(column) for column in columns)
 
 

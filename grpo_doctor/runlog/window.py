@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -182,7 +182,7 @@ def _next_line_start(f, start: int, end: int) -> tuple[int | None, int]:
 
 
 def _lines_between(f, start: int, end: int, max_line_bytes: int,
-                   allowance: list[int]) -> Iterator[tuple[int, bytes, bool]]:
+                   allowance: list[int]) -> Generator[tuple[int, bytes, bool], None, int]:
     """The lines starting in [start, end), the last finished past `end` within `allowance[0]`
     bytes (spent here); returns where the reading stopped."""
     offset = line_start = start  # offset: bytes read so far; line_start: where the line being read begins

@@ -16,7 +16,6 @@ Typical use:
 from __future__ import annotations
 
 import dataclasses
-import functools
 import types
 import typing
 from collections.abc import Callable
@@ -24,6 +23,7 @@ from enum import Enum
 from typing import Any
 
 from grpo_doctor.schema import Header, Record, Step, UnknownRecord
+from grpo_doctor.schema.records import cache_by_class
 
 # Larger than any job grpo-doctor is meant for (the largest public GRPO runs use thousands of GPUs);
 # a larger world size or rank number is corruption, and must not size a list, a set or a table.
@@ -79,7 +79,7 @@ def within_depth(value: Any, max_depth: int) -> bool:
     return True
 
 
-@functools.cache
+@cache_by_class
 def _checks(cls: type[Record]) -> tuple[tuple[str, Check], ...]:
     hints = typing.get_type_hints(cls)
     return tuple((f.name, _OVERRIDES.get((cls, f.name)) or _check_for(hints[f.name])) for f in dataclasses.fields(cls))

@@ -23,9 +23,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 SCHEMA_VERSION = 1
 
@@ -310,13 +311,24 @@ class UnknownRecord:
         return self.data.get("rank")
 
 
+_C = TypeVar("_C", bound=type)
+_T = TypeVar("_T")
+
+
+def cache_by_class(fn: Callable[[_C], _T]) -> Callable[[_C], _T]:
+    """functools.cache for a function of a record class, typed as taking the class. mypy takes a
+    frozen dataclass's class object for unhashable (it reads the instances' __hash__ off the class)
+    and would reject every call of a plain functools.cache function with one."""
+    return functools.cache(fn)
+
+
 RECORD_TYPES: dict[str, type[Record]] = {
     cls.KIND.value: cls for cls in (Header, PhaseBegin, PhaseEnd, Step, Memory, Error, End, Rollout, Rng, WeightSync,
                                         ParallelGroup)
 }
 
 
-@functools.cache
+@cache_by_class
 def field_order(cls: type) -> tuple[str, ...]:
     """A record type's field names in constructor order: common fields first, then its own."""
     return tuple(f.name for f in dataclasses.fields(cls))
@@ -375,7 +387,7 @@ def restore_non_finite(cls: type[Record], data: dict[str, Any]) -> dict[str, Any
         if type(metrics) is dict and any(type(v) is str and v in NON_FINITE for v in metrics.values()):
             return {**data, "metrics": {k: NON_FINITE.get(v, v) if type(v) is str else v for k, v in metrics.items()}}
         return data
-    changed = {name: NON_FINITE[data[name]] for name in _ROLLOUT_FLOATS
+    changed: dict[str, Any] = {name: NON_FINITE[data[name]] for name in _ROLLOUT_FLOATS
                if type(data.get(name)) is str and data[name] in NON_FINITE}
     samples = data.get("samples")
     if type(samples) is list and any(type(s) is dict and type(s.get("reward")) is str for s in samples):
@@ -409,12 +421,12 @@ def _wire_format(cls: type) -> tuple[frozenset[str], tuple[str, ...]]:
     return fmt
 
 
-@functools.cache
+@cache_by_class
 def _field_names(cls: type) -> frozenset[str]:
     return frozenset(f.name for f in dataclasses.fields(cls))
 
 
-@functools.cache
+@cache_by_class
 def _required_names(cls: type) -> frozenset[str]:
     return frozenset(
         f.name

@@ -43,7 +43,7 @@ from grpo_doctor.analysis.hang_stacks import hang_captures, main_frames
 from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.analysis.rank_progress import collective_failures, rank_positions
 from grpo_doctor.checks.stack_groups import collective_call
-from grpo_doctor.logs.fr_match import Call, CollectiveMismatch, GroupMatch, match_dumps
+from grpo_doctor.logs.fr_match import Call, CollectiveMismatch, GroupMatch, MissingCollective, match_dumps
 from grpo_doctor.logs.kinds import NCCL_TIMEOUT
 from grpo_doctor.schema.ranks import format_ranks
 from grpo_doctor.schema.watch_files import HangReport
@@ -143,7 +143,7 @@ def _from_flight_recorder(run: Evidence, cfg: Config) -> Iterator[Finding]:
         if group.mismatches:
             yield _mismatch_finding(run, cfg, group, files, host_of)
         if group.missing is not None:
-            yield _missing_finding(run, group, files, host_of)
+            yield _missing_finding(run, group, group.missing, files, host_of)
 
 
 def _from_stacks(run: Evidence, report: HangReport) -> Iterator[Finding]:
@@ -202,8 +202,8 @@ def _sites_finding(run: Evidence, found: SiteMismatch, calls: dict, where: dict,
     )
 
 
-def _missing_finding(run: Evidence, group: GroupMatch, files: list[str], host_of: dict) -> Finding:
-    missing = group.missing
+def _missing_finding(run: Evidence, group: GroupMatch, missing: MissingCollective, files: list[str],
+                     host_of: dict) -> Finding:
     call = missing.call
     op = call.op if call else "collective"
     title = (f"rank(s) {format_ranks(list(missing.ranks_missing))} never issued {op} #{missing.seq} of process group "

@@ -242,11 +242,11 @@ def _add_cuda_errors(run: Evidence, gpus: dict[tuple, dict[str, Any]]) -> None:
     for row in run.signature_rows:
         if row["kind"] == CUDA_FAULT and row["fields"].get("error") in CUDA_HARDWARE_ERRORS:
             found.append((row["rank"], row["host"], row["fields"]["error"], row["source"]))
-    for rank, log in sorted((run.run.ranks if run.run else {}).items()):
-        for err in log.errors:
+    for rank_number, rank_log in sorted((run.run.ranks if run.run else {}).items()):
+        for err in rank_log.errors:
             error = next((e for e in CUDA_HARDWARE_ERRORS if e in err.message), None)
             if error:
-                found.append((rank, run.host_of(rank), error, "event-log"))
+                found.append((rank_number, run.host_of(rank_number), error, "event-log"))
     for rank, host, error, log in found:
         # the rank's GPU when the samples named it; else one finding per host and kind of error
         gpu = next((g for g in gpus.values() if rank is not None and rank in g["ranks"]), None)

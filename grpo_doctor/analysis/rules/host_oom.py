@@ -98,11 +98,12 @@ def _memory_errors(run: Evidence) -> Iterator[Finding]:
     """A Python MemoryError: the process asked for host memory and was refused (an address-space limit,
     a cgroup without swap, strict overcommit). From a rank's error record, else a traceback in a log."""
     found: dict[int | None, dict[str, Any]] = {}
-    for rank, log in sorted((run.run.ranks if run.run else {}).items()):
+    for rank_number, log in sorted((run.run.ranks if run.run else {}).items()):
         err = next((e for e in reversed(log.errors) if e.exc_type.rpartition(".")[2] == "MemoryError"), None)
         if err is not None:
-            found[rank] = {"exc_type": err.exc_type, "message": err.message[:500], "step": err.step,
-                           "phase": err.path, "pid": err.pid, "host": run.host_of(rank), "log": "event-log"}
+            found[rank_number] = {"exc_type": err.exc_type, "message": err.message[:500], "step": err.step,
+                                  "phase": err.path, "pid": err.pid, "host": run.host_of(rank_number),
+                                  "log": "event-log"}
     for row in run.signature_rows:
         f = row["fields"]
         if row["kind"] == PYTHON_TRACEBACK and (f.get("exc_type") or "").rpartition(".")[2] == "MemoryError":

@@ -240,8 +240,7 @@ def _host_from_records(run: Evidence, steps: dict[int, pd.DataFrame], hosts: dic
 
 
 def _min_of(headers: dict, ranks: list[int], attr: str) -> int | None:
-    values = [getattr(headers.get(r), attr, None) for r in ranks]
-    values = [v for v in values if v]
+    values = [v for r in ranks if (v := getattr(headers.get(r), attr, None))]
     return min(values) if values else None
 
 
@@ -275,7 +274,8 @@ def _host_finding(host: str | None, candidate: tuple, cfg: Config) -> Finding:
 # --- watch's samples (uninstrumented jobs)
 
 
-def _from_samples(run: Evidence, gpu_hosts: set[str], host_hosts: set[str], cfg: Config) -> Iterator[Finding]:
+def _from_samples(run: Evidence, gpu_hosts: set[str | None], host_hosts: set[str | None],
+                  cfg: Config) -> Iterator[Finding]:
     samples = run.samples
     if samples.empty or "kind" not in samples or "host" not in samples:
         return

@@ -53,8 +53,8 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
                     value = rec.metrics.get(name)
                     if isinstance(value, float) and not math.isfinite(value):
                         by_source[EVENT_LOG_SOURCE].append((rec.step, rank, name, value))
-    for log in run.metric_logs:
-        by_source[log.source] += [(b["step"], None, b["metric"], b["value"]) for b in log.nonfinite
+    for metric_log in run.metric_logs:
+        by_source[metric_log.source] += [(b["step"], None, b["metric"], b["value"]) for b in metric_log.nonfinite
                                   if b["metric"] in cfg.metrics]
     table = rank_metrics(run)
     for source, bad in by_source.items():
@@ -65,7 +65,7 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
         ranks = tuple(sorted({rank for _, rank, _, _ in at_first if rank is not None}))
         flagged = sorted({name for _, _, name, _ in at_first}, key=cfg.metrics.index)
         before = table[(table["source"] == source) & (table["step"] < first)].sort_values("step")
-        hosts = tuple(sorted({run.host_of(r) for r in ranks} - {None}))
+        hosts = tuple(sorted({h for r in ranks if (h := run.host_of(r)) is not None}))
         where = f"on rank(s) {format_ranks(ranks)}" if ranks else f"({source} log)"
         affected = {step for step, *_ in bad}
         last_logged = table.loc[table["source"] == source, "step"].max()

@@ -92,7 +92,7 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
         first_rank = min(seqs, key=lambda r: seqs[r] or 0) if seqs else next(iter(reports))
         first = reports[first_rank]
         absent = sorted(run.known_ranks - set(reporting)) if pg in (None, 0) or pg_desc == "default_pg" else []
-        ran_for = [f.get("ran_for_ms") for f in reports.values() if f.get("ran_for_ms") is not None]
+        ran_for = [f["ran_for_ms"] for f in reports.values() if f.get("ran_for_ms") is not None]
         op = first.get("op")
         own = status.get(first_rank) or next((status[r] for r in reports if r in status), None) or {}
         if desync:

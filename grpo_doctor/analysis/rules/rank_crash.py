@@ -99,13 +99,14 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
     first_gone_t = min((i.gone_t for s in run.summaries.values() for i in s.ranks.values()
                         if i.gone and i.gone_t is not None and not i.ended_cleanly), default=None)
     for summary in run.summaries.values():
-        for rank, info in summary.ranks.items():
-            if info.pid is not None:
-                rank_of_pid[info.pid] = rank
-            if info.gone and not info.ended_cleanly:
-                entry = crashes.setdefault(rank, {"phase": info.open_phase, "step": info.step, "source": "watch"})
-                entry.setdefault("message", info.gone)
-                if info.gone_t is not None and first_gone_t is not None and info.gone_t - first_gone_t > SAME_MOMENT_S:
+        for rank, watched in summary.ranks.items():
+            if watched.pid is not None:
+                rank_of_pid[watched.pid] = rank
+            if watched.gone and not watched.ended_cleanly:
+                entry = crashes.setdefault(rank, {"phase": watched.open_phase, "step": watched.step, "source": "watch"})
+                entry.setdefault("message", watched.gone)
+                if (watched.gone_t is not None and first_gone_t is not None
+                        and watched.gone_t - first_gone_t > SAME_MOMENT_S):
                     entry["after_first"] = True  # left after another rank: its going is a consequence
     from_logs, unranked = crashes_from_logs(run.signature_rows)
     unranked, named_by_ray = _name_ray_ranks(unranked, rank_of_pid, crashes)
@@ -136,9 +137,9 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
     any_primary = any(not _collateral(info) for info in crashes.values())
     groups: dict[tuple, list[int]] = {}
     for rank, info in sorted(crashes.items()):
-        key = (info.get("exc_type"), info.get("signal"), info.get("exitcode"), info.get("phase"), info.get("step"),
-               _collateral(info))
-        groups.setdefault(key, []).append(rank)
+        group = (info.get("exc_type"), info.get("signal"), info.get("exitcode"), info.get("phase"), info.get("step"),
+                 _collateral(info))
+        groups.setdefault(group, []).append(rank)
     # Primary failures first, then the ranks the launcher stopped because of them.
     ordered = sorted(groups.items(), key=lambda item: any_primary and _collateral(crashes[item[1][0]]))
     for (exc_type, signal, exitcode, phase, step, _), ranks in ordered:
@@ -235,7 +236,8 @@ def _name_ray_ranks(unranked: list[dict[str, Any]], rank_of_pid: dict[int, int],
     the ranks Ray named."""
     left, named = [], set()
     for info in unranked:
-        rank = rank_of_pid.get(info.get("pid")) if info.get("component") == "ray-actor" else None
+        pid = info.get("pid")
+        rank = rank_of_pid.get(pid) if info.get("component") == "ray-actor" and isinstance(pid, int) else None
         if rank is None:
             left.append(info)
             continue

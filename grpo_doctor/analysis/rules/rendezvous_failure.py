@@ -103,9 +103,10 @@ def _cause(fields: dict[str, Any]) -> str:
 
 def _evidence(cause: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
     fields = [row["fields"] for row in rows]
-    with_errno = next((f for f in fields if f.get("errno") is not None), {})
-    with_address = next((f for f in fields if f.get("host") is not None or f.get("port") is not None), {})
-    with_counts = next((f for f in fields if f.get("joined") is not None), {})
+    none: dict[str, Any] = {}
+    with_errno = next((f for f in fields if f.get("errno") is not None), none)
+    with_address = next((f for f in fields if f.get("host") is not None or f.get("port") is not None), none)
+    with_counts = next((f for f in fields if f.get("joined") is not None), none)
     timeouts = [f["timeout_s"] for f in fields if f.get("timeout_s") is not None]
     return {
         "cause": cause, "error_type": fields[0].get("error_type"),

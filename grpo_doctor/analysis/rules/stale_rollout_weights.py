@@ -129,7 +129,7 @@ def _fingerprints(run: Evidence) -> Iterator[Finding]:
             id=ID, severity="critical",
             title=f"the rollout engine's weights differ from the trainer's after the weight push at step {step}: "
                   f"{first.num_mismatched} of {first.num_tensors} tensors ({', '.join(names[:3])}{more})",
-            ranks=ranks, hosts=tuple(sorted({run.host_of(r) for r in ranks} - {None})), step=step, phase="weight-sync",
+            ranks=ranks, hosts=tuple(sorted({h for r in ranks if (h := run.host_of(r)) is not None})), step=step, phase="weight-sync",
             evidence=_evidence(first, step, before[-1] if before else None, len(checked), names),
             hints=(HINT_FINGERPRINT, HINT_SYNC, HINT_LORA),
         )

@@ -127,8 +127,9 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
     rest = {rank: phases for rank, phases in slow.items() if host_of.get(rank) not in whole}
     rest_hosts = {host_of.get(rank) for rank in rest}
     # Spread over hosts that also run fast ranks: no machine explains them.
+    placed_hosts = {h for h in rest_hosts if h is not None}  # all of them where None is not one
     if len(rest) >= 2 and None not in rest_hosts and len(rest_hosts) >= 2 and all(
-            ranks_of_host[h] - set(rest) for h in rest_hosts):
+            ranks_of_host[h] - set(rest) for h in placed_hosts):
         placed = place(run, rest, host_of)
         if placed.domain is not None and placed.domain.kind == "group":  # one group across machines: its links
             yield _group_finding(rest, placed, nodes_hint)
