@@ -2,11 +2,11 @@ import threading
 
 import pandas as pd
 import pytest
-from rundata import common, header, write_rank
 
 from grpo_doctor.analysis.load import load_evidence
 from grpo_doctor.runlog import parallel_read
 from grpo_doctor.schema import PhaseBegin, PhaseEnd, RunPaths, Step
+from tests.analysis.rundata import common, header, write_rank
 
 TABLES = ("phases", "steps", "memory", "errors", "rollouts", "rng")
 

@@ -1,12 +1,11 @@
 import json
 from dataclasses import replace
 
-from rundata import common, header, write_rank
-
 from grpo_doctor.analysis.load import load_evidence
 from grpo_doctor.runlog.eventlog import read_rank_file
 from grpo_doctor.runlog.rank_tables import read_rank_tables
 from grpo_doctor.schema import End, Error, Memory, PhaseBegin, PhaseEnd, RunPaths, Step
+from tests.analysis.rundata import common, header, write_rank
 
 
 def begin(rank, step, t, path, **kw):
