@@ -16,6 +16,7 @@ class Endpoint:
 
     def __init__(self, status: int = 200, delay_s: float = 0.0) -> None:
         self.bodies: list[dict] = []
+        self.arrived_t: list[float] = []  # wall time each body in `bodies` arrived
         self.num_requests = 0
         endpoint = self
 
@@ -25,6 +26,7 @@ class Endpoint:
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 time.sleep(delay_s)
                 if status == 200:
+                    endpoint.arrived_t.append(time.time())
                     endpoint.bodies.append(json.loads(body))
                 try:
                     self.send_response(status)
