@@ -1,0 +1,25 @@
+"""`.ci/run` runs exactly the README's test command: lint (ruff), the type check (mypy, configured in
+pyproject.toml) and the whole suite, so what the README promises is what CI checks."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def readme_test_command() -> str:
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    part = text[text.index("Run the whole test suite:"):]
+    return re.search(r"```bash\n(.*?)\n```", part, flags=re.S).group(1).strip()
+
+
+def test_ci_runs_the_readme_test_command_and_it_lints_type_checks_and_tests_everything():
+    command = readme_test_command()
+    ci_lines = [line for line in (REPO / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+                if line.strip() and not line.startswith("#") and not line.startswith(("set ", "cd "))]
+    assert ci_lines == [command]
+    steps = command.split(" && ")
+    assert ".venv/bin/ruff check ." in steps and ".venv/bin/mypy" in steps
+    # The last step runs every test: no marker or path narrows it to the quick tier.
+    assert steps[-1] == ".venv/bin/python -m pytest -q -p no:cacheprovider"
