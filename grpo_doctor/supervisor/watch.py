@@ -65,7 +65,7 @@ from grpo_doctor.supervisor.summary import build_summary, summary_lines, watched
 HANG_EXIT = 124  # the job hung and watch ended it (--on-hang kill), as timeout(1) reports
 LOOP_S = 0.5  # event-log poll; a stall is judged in seconds, so this costs little latency
 DISCOVER_EVERY_S = 1.0
-QUIET_GONE_S = 3.0  # a job's ranks end within a few seconds of each other; its launcher a moment later
+QUIET_GONE_S = 1.5  # a job's ranks end within moments of each other (its last collective); its launcher just after
 PIPE_BYTES = 2**20  # the job's output pipes: 20 ms of output at 50 MB/s, so a busy watch thread never stalls it
 SWITCH_INTERVAL_S = 0.0005  # the tee threads get the GIL back from the scanner within this
 FLEET_STACKS_WAIT_S = 10.0  # past the second look: how long the decider waits for the other nodes' stacks

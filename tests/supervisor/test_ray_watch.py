@@ -74,7 +74,9 @@ def test_a_sigkilled_actor_is_named_as_the_rank_that_died_and_the_other_as_its_c
     proc, run_dir = watch(tmp_path, "kill", "--hang-timeout", "60", rank_from="runtime-env")
     out = proc.stderr
     assert proc.returncode == 1, out[-3000:]
-    assert "rank 1 pid" in out and "(ray::PolicyWorker) gone without an end record" in out
+    # Not instrumented: no end record can say how it ended; watch's end-of-job lines name it by its role.
+    assert any(line.startswith("grpo-doctor:   rank 1: pid") and "(ray::PolicyWorker) exited" in line
+               for line in out.splitlines()), out[-3000:]
     crashes = [f for f in findings(run_dir) if f["id"] == "rank-crash"]
     root = [f for f in crashes if f.get("role") == "root-cause"]
     assert [f["ranks"] for f in root] == [[1]], json.dumps(crashes, indent=1)[:3000]
