@@ -201,7 +201,9 @@ def _hang_line(live: LiveState) -> str:
 
 def _live_finding_line(f: dict) -> str:
     """One finding watch said while the job ran (live-findings.json), and whether a later step cleared it."""
-    said = f"said by watch on {f['watch_host']} at step {f.get('said_at_step')}"
+    said = f"said by watch on {f['watch_host']}"
+    if f.get("said_at_step") is not None:  # None: said from watch's samples, which have no step
+        said += f" at step {f['said_at_step']}"
     if f["state"] == "cleared":
         said += f", cleared at step {f.get('cleared_at_step')}" if f.get("cleared_at_step") is not None else ", cleared"
     step = f" at step {f['step']}" if f.get("step") is not None else ""

@@ -92,7 +92,8 @@ def add_parser(sub) -> None:
                    help="shell command run for each critical finding of the report at the end, as --on-hang-exec")
     p.add_argument("--alert-live", action="store_true",
                    help="also alert on each critical finding watch says while the job runs, once per id (a constant "
-                        "reward, dead steps, a NaN loss, a shared sampling seed; docs/watch.md, Live findings)")
+                        "reward, dead steps, a NaN loss, a shared sampling seed, memory growing toward an OOM; docs/watch.md, "
+                        "Live findings)")
     p.add_argument("--instrument", action="store_true",
                    help="zero-code instrumentation: every Python process of the job records its torch.distributed "
                         "collectives and rollout calls as phases and its optimizer steps as steps, without code "
