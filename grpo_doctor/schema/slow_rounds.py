@@ -9,7 +9,8 @@ round, holds this host's surveys, the latest last:
                   "rounds": [{"t": 1765432105.0, "slot": 353086421,
                               "ranks": {"0": {"sig": "3f2a...", "waiting": true, "idle": false,
                                               "where": "all_gather (torch/distributed/distributed_c10d.py:4287) <- ..."}},
-                              "errors": {"1": "timeout: ..."}}],
+                              "errors": {"1": "timeout: ..."},
+                              "links": {"addrs": ["10.0.0.2"], "rtt_ms": {"10.0.0.1": 0.3, "10.0.0.3": 151.0}}}],
                   "verdict": {"line": "fail-slow: rank 1 on node1 outside ...", "scope": "rank", ...}}]}
 
 A round is one look at every rank of the host, all at once (py-spy dump, supervisor/stacks.py); its `slot`
@@ -17,7 +18,9 @@ is the wall-clock time divided by `interval_s`, so the rounds of several hosts' 
 are one look at the whole job (checks/stack_rounds.py merges them). `why` is "start" (the survey every run
 gets once its steps are under way), "pace" (the job's output rate fell) or "fleet" (another node's watch
 started it). A rank's look: `sig` (its main thread's stack signature, checks/stack_groups.py), `waiting`
-(in a collective), `idle` (waiting for work in an event loop), `where` (the stack's headline).
+(in a collective), `idle` (waiting for work in an event loop), `where` (the stack's headline). A round's
+`links` (absent where `ss` is not there): the ranks' busy TCP connections' round trips by peer address, which
+tell a slow link's host where every rank waits in the same collective (checks/slow_links.py).
 
 Typical use:
     survey = Survey.from_dict(data["surveys"][0])     # FormatError when damaged
@@ -67,6 +70,26 @@ class RankLook:
 
 
 @dataclass(frozen=True)
+class LinkRtts:
+    """The ranks' busy TCP connections of one host at one moment (host/tcp_links.py): this host's addresses on
+    them, and the median round trip to each peer address."""
+
+    addrs: tuple[str, ...] = ()
+    rtt_ms: dict[str, float] = field(default_factory=dict)
+
+    FIELDS: ClassVar[dict[str, Check]] = {"addrs": list_of(lambda v: type(v) is str),
+                                          "rtt_ms": dict_of(lambda v: type(v) in (int, float) and v >= 0)}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"addrs": list(self.addrs), "rtt_ms": dict(self.rtt_ms)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LinkRtts:
+        check_object(data, cls.FIELDS)
+        return cls(addrs=tuple(data.get("addrs") or ()), rtt_ms={k: float(v) for k, v in (data.get("rtt_ms") or {}).items()})
+
+
+@dataclass(frozen=True)
 class SlowRound:
     """Every rank of one host at one moment (`t`, wall s; `slot` = t // interval_s)."""
 
@@ -74,21 +97,26 @@ class SlowRound:
     slot: int
     ranks: dict[int, RankLook] = field(default_factory=dict)
     errors: dict[int, str] = field(default_factory=dict)  # ranks whose stack could not be taken, and why
+    links: LinkRtts | None = None  # the ranks' TCP round trips then; None where not sampled (no ss)
 
     FIELDS: ClassVar[dict[str, Check]] = {"t": _num, "slot": _int, "ranks": by_rank(RankLook.FIELDS),
-                                          "errors": by_rank(value=lambda v: type(v) is str)}
+                                          "errors": by_rank(value=lambda v: type(v) is str), "links": opt(dict)}
 
     def to_dict(self) -> dict[str, Any]:
-        return {"t": round(self.t, 3), "slot": self.slot,
-                "ranks": str_keys({r: look.to_dict() for r, look in self.ranks.items()}),
-                "errors": str_keys(self.errors)}
+        out = {"t": round(self.t, 3), "slot": self.slot,
+               "ranks": str_keys({r: look.to_dict() for r, look in self.ranks.items()}),
+               "errors": str_keys(self.errors)}
+        if self.links is not None:
+            out["links"] = self.links.to_dict()
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SlowRound:
         check_object(data, cls.FIELDS)
         return cls(t=float(data.get("t") or 0.0), slot=int(data.get("slot") or 0),
                    ranks={r: RankLook.from_dict(v) for r, v in int_keys(data.get("ranks")).items()},
-                   errors=int_keys(data.get("errors")))
+                   errors=int_keys(data.get("errors")),
+                   links=LinkRtts.from_dict(data["links"]) if data.get("links") is not None else None)
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from grpo_doctor.checks.slow_links import describe_links, slow_link_hosts
 from grpo_doctor.checks.stack_rounds import describe, look_at, vote
+from grpo_doctor.host.tcp_links import sample_links
 from grpo_doctor.schema.safe_write import write_file
 from grpo_doctor.schema.slow_rounds import SlowRound, Survey, fail_slow_json
 from grpo_doctor.supervisor.stacks import capture_stacks
@@ -341,7 +343,9 @@ class FailSlow:
                     looks[capture.rank] = look
                 else:
                     errors[capture.rank] = capture.error or "no main thread"
-            out.append(SlowRound(t=started, slot=slot, ranks=looks, errors=errors))
+            # The ranks' TCP round trips at the same moment: where every rank waits in one collective, they
+            # tell which host's link is slow (checks/slow_links.py).
+            out.append(SlowRound(t=started, slot=slot, ranks=looks, errors=errors, links=sample_links(pids)))
         except Exception as exc:  # noqa: BLE001 - a round that fails is a round missing, never watch's end
             out.append(SlowRound(t=self._clock(), slot=slot, errors={r: f"{type(exc).__name__}: {exc}" for r in pids}))
 
@@ -360,9 +364,12 @@ class FailSlow:
                     + ("; the report merges them with the other nodes' rounds" if self._fleet else ""))
         else:
             line = describe(result)
-        survey = replace(survey, verdict=result.to_dict() | {"line": line})
+        links = slow_link_hosts((self.host, r.links) for r in survey.rounds if r.links is not None)
+        if not result.named and links.slow:
+            line += "; " + describe_links(links)
+        survey = replace(survey, verdict=result.to_dict() | {"line": line, "links": links.to_dict()})
         self._keep(survey)
-        if result.named or survey.why == "pace":
+        if result.named or survey.why == "pace" or links.which_end:
             if line not in self._said:
                 self._said.add(line)
                 lines.append(line)

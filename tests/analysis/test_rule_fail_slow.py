@@ -9,7 +9,7 @@ from grpo_doctor.analysis.rules import fail_slow
 from grpo_doctor.probe.verdict import collective_problems
 from grpo_doctor.schema import RunPaths
 from grpo_doctor.schema.probe_results import CollectivesReport
-from grpo_doctor.schema.slow_rounds import RankLook, SlowRound, Survey, fail_slow_json
+from grpo_doctor.schema.slow_rounds import LinkRtts, RankLook, SlowRound, Survey, fail_slow_json
 
 WAIT = RankLook("w", waiting=True, where="all_gather (torch/distributed/distributed_c10d.py:4287) <- gather (dist.py:75)")
 SLEEP = RankLook("s", where="Injector.at (inject.py:179) <- Trainer.run_step (train.py:70)")
@@ -71,3 +71,42 @@ def test_a_damaged_rounds_file_is_one_warning_not_a_failed_report(tmp_path):
     path.write_text(json.dumps({"surveys": [{"id": "x", "interval_s": "soon", "rounds": []}]}))
     evidence = load_evidence([tmp_path])
     assert evidence.slow_surveys == [] and any("fail-slow.json" in w for w in evidence.warnings)
+
+
+def write_links_host(run_dir, host, rank, addr, rtt_ms, why="start", rounds=5, first_slot=1000, pace=None):
+    """A host whose rank waits in the collective every round, with its ranks' link round trips."""
+    survey = Survey(id=f"{host}-1", host=host, why=why, interval_s=1.0, planned=rounds, started_t=first_slot,
+                    pace=pace, rounds=tuple(SlowRound(t=float(first_slot + i), slot=first_slot + i, ranks={rank: BWD},
+                                                      links=LinkRtts((addr,), rtt_ms)) for i in range(rounds)))
+    path = RunPaths(run_dir).watch_files(host).fail_slow
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(fail_slow_json(host, [survey])))
+
+
+def test_every_rank_in_one_place_with_one_hosts_links_slow_names_that_host_even_without_a_pace_fall(tmp_path):
+    a, b, c = "10.0.0.1", "10.0.0.2", "10.0.0.3"
+    write_links_host(tmp_path, "node0", 0, a, {b: 0.05, c: 180.0})
+    write_links_host(tmp_path, "node1", 1, b, {a: 0.06, c: 150.0}, why="fleet")
+    write_links_host(tmp_path, "node2", 2, c, {a: 90.0, b: 200.0}, why="fleet", rounds=4, first_slot=1001)
+    [f] = findings(tmp_path)  # node2 joined a round late: 4 merged rounds, too few for the stacks, enough for the links
+    assert (f.ranks, f.hosts, f.evidence["links"]["which_end"]) == ((), ("node2",), True)
+    assert f.evidence["links"]["slow"] == ["node0-node2", "node1-node2"]
+    assert f.title.startswith("host node2: its links slow the job: 4 stack rounds of every host at once") and \
+        "the job's TCP round trips name node2: slow to every other host" in f.title
+    assert f.hints[0] == fail_slow.HINT_LINK
+
+
+def test_two_hosts_with_a_slow_link_say_so_and_still_name_both(tmp_path):
+    write_links_host(tmp_path, "node0", 0, "10.0.0.1", {"10.0.0.2": 150.0}, why="pace", rounds=6, pace=PACE)
+    write_links_host(tmp_path, "node1", 1, "10.0.0.2", {"10.0.0.1": 170.0}, why="fleet", rounds=6)
+    [f] = findings(tmp_path)
+    assert (f.hosts, f.evidence["scope"], f.evidence["links"]["which_end"]) == (("node0", "node1"), "shared", False)
+    assert "the stacks cannot tell which host; the job's TCP round trip between node0 and node1 is 160 ms" in f.title
+    assert "with two hosts which end cannot be told" in f.title
+
+
+def test_healthy_links_add_nothing(tmp_path):
+    write_links_host(tmp_path, "node0", 0, "10.0.0.1", {"10.0.0.2": 0.05, "10.0.0.3": 0.3})
+    write_links_host(tmp_path, "node1", 1, "10.0.0.2", {"10.0.0.1": 0.06, "10.0.0.3": 0.2}, why="fleet")
+    write_links_host(tmp_path, "node2", 2, "10.0.0.3", {"10.0.0.1": 0.4, "10.0.0.2": 0.1}, why="fleet")
+    assert findings(tmp_path) == []  # a start survey, every rank in one place, links fine: nothing to say

@@ -18,15 +18,22 @@ they all share: a collective and its links, the input, the file system. With sev
 cannot tell which end of a slow link is slow; `grpo-doctor probe` across three or more nodes names a
 host slow to every other (its `straggler` problems, `probe_slow_hosts`).
 
-An episode with fewer than `min_rounds` rounds is not judged. One finding per verdict: the same ranks
+Where nobody's stack stands out, the round trips of the job's own TCP connections, sampled in the same rounds
+(host/tcp_links.py), can still name a host: the one common to the slow pairs of hosts while the others carry a
+fast pair (checks/slow_links.py; three hosts or more). Such a finding names that host (`links`: each pair's
+median round trip, the slow pairs, `which_end`). With two hosts the one slow pair is said, both ends named.
+
+An episode with fewer than `min_rounds` rounds is not judged by its stacks, nor by its links with fewer than
+`min_link_rounds` rounds that sampled them. One finding per verdict: the same ranks
 named again in a later survey add to `surveys`.
 
 Evidence keys: `scope`, `rounds` (rounds voted), `interval_s`, `outside` ({rank: rounds it was outside
 in}), `where` ({named rank: where it was when outside}), `others_where` (where the others were then, or
 every rank for "shared"), `others_rounds`, `shared_rounds` (rounds with every rank in one place),
 `ranks_per_host` ({host: [named ranks]}), `surveys` (the watches' survey ids), `whys` ("start", "pace",
-"fleet"), `pace` (the job's output pace when it fell: `unit`, `per_min`, `baseline_per_min`), and for
-"shared" `probe_slow_hosts`.
+"fleet"), `pace` (the job's output pace when it fell: `unit`, `per_min`, `baseline_per_min`), `links`
+(checks/slow_links.py's LinkVerdict: `pairs` {"hostA-hostB": median rtt ms}, `slow`, `hosts`, `which_end`), and
+for "shared" `probe_slow_hosts`.
 """
 from __future__ import annotations
 
@@ -35,6 +42,7 @@ from dataclasses import dataclass
 
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.load import Evidence
+from grpo_doctor.checks.slow_links import LinkVerdict, describe_links, slow_link_hosts
 from grpo_doctor.checks.stack_rounds import STANDOUT, Episode, SlowVote, describe, episodes, vote
 
 ID = "fail-slow"
@@ -57,41 +65,61 @@ HINT_SHARED = ("Every rank waits in the same place while the job slows: the slow
 HINT_ASYNC = ("Python stacks see what the CPU does: a GPU that is slow while its kernels run asynchronously leaves "
               "every rank in the same synchronising call. Record phases (import grpo_doctor, or grpo-doctor watch's "
               "instrument flag): the straggler rule then times each rank.")
-HINTS = (HINT_HOST, HINT_RANK, HINT_SCATTERED, HINT_SHARED, HINT_ASYNC)
+HINT_LINK = ("The round trips of the job's own TCP connections through that host are 10x and more the others': its "
+             "link is the slow part. Check its NIC and port (ip -s link: errors, drops; ethtool: negotiated speed; "
+             "tc -s qdisc: a shaper left on) or drain it (Slurm: scontrol update nodename=HOST state=drain "
+             "reason=slow-link; Kubernetes: kubectl cordon HOST).")
+HINTS = (HINT_HOST, HINT_RANK, HINT_SCATTERED, HINT_SHARED, HINT_ASYNC, HINT_LINK)
 
 
 @dataclass(frozen=True)
 class Config:
     majority: int = 0  # rounds a rank must be outside in to be named; 0: more than half of them
     standout: float = STANDOUT  # and this many times as many rounds as any rank not named
-    min_rounds: int = 5  # an episode with fewer rounds is not judged
+    min_rounds: int = 5  # an episode with fewer rounds is not judged by its stacks
+    min_link_rounds: int = 3  # nor by its links' round trips with fewer rounds that sampled them
 
 
 def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
     said: dict[tuple, Finding] = {}
     for episode in episodes(run.slow_surveys):
-        if len(episode.rounds) < cfg.min_rounds:
+        sampled = [(s.host, r) for s in episode.surveys for r in s.rounds if r.links is not None]
+        links = (slow_link_hosts((host, r.links) for host, r in sampled)
+                 if len({r.slot for _, r in sampled}) >= cfg.min_link_rounds else LinkVerdict())
+        judged = len(episode.rounds) >= cfg.min_rounds
+        if judged:
+            result = vote(list(episode.rounds), episode.host_of, majority=cfg.majority, standout=cfg.standout)
+        elif links.which_end:  # too few merged rounds for the stacks' vote; the links speak alone
+            result = SlowVote(rounds=len(episode.rounds), num_ranks=len(episode.host_of))
+        else:
             continue
-        result = vote(list(episode.rounds), episode.host_of, majority=cfg.majority, standout=cfg.standout)
-        if not result.named and not (result.scope == "shared" and "pace" in episode.whys):
+        if not result.named and not (result.scope == "shared" and "pace" in episode.whys) and not links.which_end:
             continue
-        key = (result.scope, result.named, result.hosts)
+        key = (result.scope, result.named, result.hosts, links.hosts if not result.named else ())
         ids = [s.id for s in episode.surveys]
         if key in said:
             said[key].evidence["surveys"] += ids
             continue
-        said[key] = _finding(run, episode, result, ids)
+        said[key] = _finding(run, episode, result, links, ids, judged)
     yield from said.values()
 
 
-def _finding(run: Evidence, episode: Episode, result: SlowVote, ids: list[str]) -> Finding:
+def _finding(run: Evidence, episode: Episode, result: SlowVote, links: LinkVerdict, ids: list[str],
+             judged: bool = True) -> Finding:
     evidence = {"scope": result.scope, "rounds": result.rounds, "interval_s": episode.interval_s,
                 "outside": {r: n for r, n in result.outside.items()}, "where": dict(result.where),
                 "others_where": result.others_where, "others_rounds": result.others_rounds,
                 "shared_rounds": result.shared_rounds, "ranks_per_host": result.ranks_per_host,
-                "surveys": ids, "whys": list(episode.whys), "pace": episode.pace}
-    title = describe(result, prefix="")
-    if result.scope == "shared":
+                "surveys": ids, "whys": list(episode.whys), "pace": episode.pace, "links": links.to_dict()}
+    title = (describe(result, prefix="") if judged else
+             f"{result.rounds} stack rounds of every host at once, too few for the stacks' vote")
+    hosts = result.hosts
+    # Where nobody's stack stands out, the job's own TCP round trips may still say which host's links are slow.
+    said_links = describe_links(links) if not result.named and links.slow else ""
+    if links.which_end and said_links:
+        hosts = links.hosts
+        title = f"host {', '.join(hosts)}: its links slow the job: {title}; {said_links}"
+    if result.scope == "shared" and not (links.which_end and said_links):
         slow_hosts = _probe_slow_hosts(run, result.hosts)
         evidence["probe_slow_hosts"] = slow_hosts
         pace = episode.pace
@@ -102,14 +130,18 @@ def _finding(run: Evidence, episode: Episode, result: SlowVote, ids: list[str]) 
             title += (f" on hosts {', '.join(result.hosts)}: a link between them or the collective itself"
                       + (f"; grpo-doctor probe measured {', '.join(slow_hosts)} slow to the others" if slow_hosts
                          else "; the stacks cannot tell which host"))
+        if said_links:
+            title += f"; {said_links}"
         hints = (HINT_SHARED, HINT_ASYNC)
+    elif said_links:
+        hints = (HINT_LINK, HINT_SHARED)
     elif result.scope == "host":
         hints = (HINT_HOST, HINT_RANK)
     elif result.scope == "scattered":
         hints = (HINT_SCATTERED, HINT_RANK)
     else:
         hints = (HINT_RANK, HINT_HOST)
-    return Finding(id=ID, severity="warning", title=title, ranks=result.named, hosts=result.hosts, step=None, phase=None, evidence=evidence, hints=hints)
+    return Finding(id=ID, severity="warning", title=title, ranks=result.named, hosts=hosts, step=None, phase=None, evidence=evidence, hints=hints)
 
 
 def _probe_slow_hosts(run: Evidence, hosts: tuple[str, ...]) -> list[str]:
