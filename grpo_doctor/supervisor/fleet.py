@@ -203,6 +203,20 @@ class Fleet:
             return False
         return bool(self.dir_channel.hosts_seen())
 
+    def host_done(self) -> bool:
+        """Whether node 0's watch, which hosts the store, said it was done (the job ended there)."""
+        beat = self.board.beats.get(0)
+        return bool(beat is not None and beat.done)
+
+    def store_lost_line(self, where: str, exc: BaseException) -> str:
+        """The one line a watch says when the store goes: what it falls back to. No watch hosts a new store
+        (docs/clusters.md, "When node 0's watch dies")."""
+        shared = self.dir_channel is not None and self.dir_channel.readable and self.dir_channel.hosts_seen()
+        then = ("the watches still meet through the shared run directory" if shared else
+                "until it answers again each watch judges hangs on its own node alone, as without a fleet")
+        return (f"fleet: lost the TCPStore at {where} ({exc}): node 0's watch, which hosts it, is gone or cut off "
+                f"and no other watch takes it over; {then} (trying it again every {STORE_RETRY_S:.0f} s)")
+
     # -- the thread's side ---------------------------------------------------------------------
 
     def _make_channel(self) -> Channel:
@@ -357,9 +371,8 @@ class _Retrying(Channel):
         except OSError as exc:
             self.up = False
             self._failed_mono = time.monotonic()
-            if not self.fleet.finishing:  # at the end, node 0's watch may be gone first: no news
-                self.fleet._say("store-lost", f"fleet: lost the {self.name} at {self.inner.where} ({exc}); "
-                                              f"trying again every {STORE_RETRY_S:.0f} s")
+            if not self.fleet.finishing and not self.fleet.host_done():  # a job's end: node 0 may go first
+                self.fleet._say("store-lost", self.fleet.store_lost_line(self.inner.where, exc))
             raise
 
     def _open_later(self) -> None:
