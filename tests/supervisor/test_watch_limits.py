@@ -95,13 +95,15 @@ def test_sigkill_of_watch_leaves_a_healthy_job_running_and_what_it_leaves_behind
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline() == "started\n"
-        # The job is its launcher and what it started; watch's own short-lived helpers are not the job's
-        # (counting them made this test fail once under load).
+        # The job is watch's child that runs job.py, and the daemon it started. Picked from the whole tree,
+        # the daemon's fork before its exec (same command line) could pass for the launcher, and a process
+        # of watch's own for the job's: either can make this test fail under load.
         deadline = time.monotonic() + 30
         job_pids: set[int] = set()
         while len(job_pids) < 2 and time.monotonic() < deadline:  # the launcher and its setsid'd daemon
             time.sleep(0.1)
-            launcher = next((p for p in tree_pids(proc.pid) if str(job) in _cmdline(p)), None)
+            children = [c.pid for c in psutil.Process(proc.pid).children()]
+            launcher = next((p for p in children if str(job) in _cmdline(p)), None)
             if launcher is not None:
                 job_pids = {launcher} | {p for p in tree_pids(launcher) if "time.sleep(600)" in _cmdline(p)}
         assert len(job_pids) == 2, job_pids
