@@ -129,8 +129,8 @@ class LiveMemory:
 
     def _snapshot(self, rec: Memory) -> None:
         rank, step = rec.rank, int(rec.step)
-        if step <= self._closed.get(rank, -1):
-            return  # a snapshot of a step already handed on
+        if step <= self._closed.get(rank, -1) or (rank in self._open and step < self._open[rank][0]):
+            return  # a snapshot of a step already handed on, or older than the one open
         self.hosts.setdefault(rank, rec.host)
         if rank in self._open and self._open[rank][0] < step:
             self._close(rank)
