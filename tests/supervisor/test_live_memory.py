@@ -11,7 +11,7 @@ from helpers import write_rank
 from grpo_doctor.analysis.load import load_evidence
 from grpo_doctor.analysis.rules import memory_growth
 from grpo_doctor.checks.memory_trend import GIB, MIB
-from grpo_doctor.schema import End, Header, Memory, RunPaths, Step
+from grpo_doctor.schema import End, Header, Memory, Step
 from grpo_doctor.schema.live_findings import read_live_findings
 from grpo_doctor.supervisor.sampler import GpuSample, ProcSample
 from grpo_doctor.supervisor.sentinels import Sentinels
@@ -178,4 +178,3 @@ def test_memory_stays_bounded_over_a_long_run(tmp_path):
     cfg = memory_growth.Config()
     assert all(len(series.points) <= cfg.warmup_points + cfg.window_points
                for group in (s.memory._vms, s.memory._rss) for series in group.values())
-    assert len(RunPaths(tmp_path).root.parts) > 0
