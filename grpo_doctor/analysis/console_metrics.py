@@ -55,7 +55,9 @@ def read_console_metrics(path: Path, max_bytes: int | None = None) -> list[Metri
         add_steps(log, entries)
         if log.steps:
             logs.append(log)
-    return logs + _text_logs(path, text_reader.records)
+    # Where a framework's own lines were read, the general reader's records are the same steps printed
+    # another way (a W&B summary at the end, a trainer's own step banner): judged once, from the exact reader.
+    return logs or _text_logs(path, text_reader.records)
 
 
 def _text_logs(path: Path, records: list[Record]) -> list[MetricLog]:

@@ -5,7 +5,9 @@ torchrun reports a failed worker twice: its agent's line ("failed (exitcode: -9)
 (pid: 2630) of binary: ...", local rank and pid only) and the ChildFailedError summary (global
 rank, host). A report whose pid the summary also gives is the same failure; an agent line alone
 (the summary cut off, or never printed) names the local rank, which is the rank on one node
-(`rank_is_local` says so). srun's "task N: ..." lines name the task. The way a process ended says
+(`rank_is_local` says so), as do torch.multiprocessing's "process N terminated with ..." lines (N is the
+process index). srun's "task N: ..." lines name the task. gloo's lost peer ("Connection closed by peer")
+is said as the rank's end, whatever rank printed it: the peer died first. The way a process ended says
 where to look: -9 / SIGKILL with no Python traceback of that rank is most often the host's OOM
 killer (`suspected` "host-oom", and `confirm_with` the command that shows it); -6 / SIGABRT is an
 abort from C++ (NCCL's watchdog, a failed check: the message is above it); 1 is a Python exception,
@@ -27,7 +29,8 @@ from typing import Any
 from grpo_doctor.logs.kinds import CHILD_FAILED, CUDA_FAULT, NCCL_ERROR, PYTHON_TRACEBACK, WORKER_DIED
 
 DMESG = "dmesg -T | grep -i -E 'killed process|out of memory'"
-_LAUNCHER_EXCEPTIONS = ("ChildFailedError",)  # torchrun's own traceback when it gives up, not a rank's
+# A launcher's own traceback when it gives up (torchrun, torch.multiprocessing), not a rank's
+_LAUNCHER_EXCEPTIONS = ("ChildFailedError", "ProcessExitedException", "ProcessRaisedException")
 _ENGINE_WRAPPERS = ("EngineDeadError", "EngineGenerateError", "RayTaskError", "CancelledError")
 _EXC_NAME = re.compile(r"((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)):")
 _ENGINE_ERROR_LINES = 300  # how far from the engine's death its own traceback may be printed
@@ -56,7 +59,11 @@ def crashes_from_logs(rows: list[dict[str, Any]]) -> tuple[dict[int, dict[str, A
             if f.get("component") == "vllm-engine":
                 _add_engine_error(info, row, rows)
             info["exc_type"] = info["exc_type"] or _component_name(f)
-            if f.get("rank") is not None:  # an actor whose repr names its rank ("DTensorPolicyWorker[rank=2]")
+            if f.get("component") == "peer-lost":  # a rank that lost its peer: said as such, whichever rank
+                who = f"rank {row['rank']}: " if row["rank"] is not None else ""
+                info.update(component="process", exc_type=f"{who}{f.get('exc_type')}: {f.get('message')}")
+                unranked.append(info)
+            elif f.get("rank") is not None:  # an actor whose repr names its rank ("DTensorPolicyWorker[rank=2]")
                 by_rank.setdefault(int(f["rank"]), info)
             else:
                 unranked.append(info)
@@ -68,7 +75,7 @@ def crashes_from_logs(rows: list[dict[str, Any]]) -> tuple[dict[int, dict[str, A
             continue
         rank, local = f.get("rank"), False
         if rank is None:
-            if (f.get("origin") not in ("agent", "deepspeed") or f.get("local_rank") is None
+            if (f.get("origin") not in ("agent", "deepspeed", "multiprocessing") or f.get("local_rank") is None
                     or (f.get("pid") is not None and f.get("pid") in summary_pids)):
                 continue
             rank, local = f["local_rank"], True
@@ -78,18 +85,30 @@ def crashes_from_logs(rows: list[dict[str, Any]]) -> tuple[dict[int, dict[str, A
         entry["root_cause"] = f.get("root_cause") if entry.get("root_cause") is None else entry["root_cause"]
         entry.setdefault("host", f.get("host") or row["host"])
         entry.setdefault("pid", f.get("pid"))
+        entry.setdefault("time", f.get("time"))
         if local:
             entry.setdefault("rank_is_local", True)
     if not any(row["kind"] == CHILD_FAILED for row in rows):
         # torchrun's own traceback ending in ChildFailedError, its summary cut off before any entry
         launcher = next((row for row in rows if row["kind"] == PYTHON_TRACEBACK
-                         and (row["fields"].get("exc_type") or "").endswith(_LAUNCHER_EXCEPTIONS)), None)
+                         and (row["fields"].get("exc_type") or "").endswith("ChildFailedError")), None)
         if launcher is not None:
             unranked.append({"exc_type": "ChildFailedError", "message": launcher["text"][:500], "phase": None,
                              "step": None, "source": launcher["source"], "component": "launcher"})
+    _earliest_root_cause(by_rank)
     for rank, entry in by_rank.items():
         _explain_exit(entry, tracebacks.get(rank) or (tracebacks.get(None) if len(by_rank) == 1 else None))
     return by_rank, unranked
+
+
+def _earliest_root_cause(by_rank: dict[int, dict[str, Any]]) -> None:
+    """Each node's torchrun names its own "Root Cause (first observed failure)": where several do, the
+    failure that came first by its `time` is the job's root cause; the others are not."""
+    roots = {rank: entry["time"] for rank, entry in by_rank.items() if entry.get("root_cause") and entry.get("time")}
+    if len(roots) > 1:
+        first = min(roots, key=lambda rank: roots[rank])  # torchrun's "2026-01-07_03:14:15" sorts as text
+        for rank in roots:
+            by_rank[rank]["root_cause"] = rank == first
 
 
 def _add_engine_error(info: dict[str, Any], death: dict[str, Any], rows: list[dict[str, Any]]) -> None:

@@ -14,7 +14,19 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from grpo_doctor.logs import cluster, faults, gpu_faults, nccl, nccl_ras, oom, rendezvous, torchrun, vllm
+from grpo_doctor.logs import (
+    cluster,
+    exit_lines,
+    faults,
+    gpu_faults,
+    nccl,
+    nccl_ras,
+    oom,
+    peer_loss,
+    rendezvous,
+    torchrun,
+    vllm,
+)
 from grpo_doctor.logs.joiner import JoinSpec
 from grpo_doctor.logs.kinds import (
     CHILD_FAILED,
@@ -58,6 +70,9 @@ KEYWORDS = (
     *cluster.KEYWORDS,  # Slurm and Kubernetes kills
     *gpu_faults.KEYWORDS,  # the NVIDIA driver's Xid events in the kernel log
     *nccl_ras.KEYWORDS,  # NCCL's RAS status report (ncclras) pasted into a log: opens a block (signatures.py)
+    *nccl.FAILURE_KEYWORDS,  # ProcessGroupNCCL taking the process down, an aborted communicator
+    *exit_lines.KEYWORDS,  # torch.multiprocessing, Kubernetes, accelerate, Ray core-worker exits
+    *peer_loss.KEYWORDS,  # gloo's lost peer
 )
 # `is_hot`'s first test per keyword: the first of these bytes the keyword holds, in this order
 # (rarest in training logs first, counted over the benchmark's log and tests/data). Keywords with
@@ -87,7 +102,7 @@ def _compile_is_hot(groups: dict[str, list[str]]):
 _IS_HOT = _compile_is_hot(_anchor_groups(KEYWORDS))
 _NCCL_PARSERS = ((NCCL_TIMEOUT, nccl.parse_watchdog_timeout), (NCCL_WATCHDOG_STATUS, nccl.parse_watchdog_status),
                  (NCCL_WATCHDOG_STUCK, nccl.parse_watchdog_stuck), (NCCL_ERROR, nccl.parse_nccl_error),
-                 (NCCL_WARN, nccl.parse_nccl_warn))
+                 (NCCL_WARN, nccl.parse_nccl_warn), (NCCL_ERROR, nccl.parse_nccl_failure))
 _VLLM_VOCABULARY = ("iB", "GB", "emory", "KV", "ache", "utilization", "tokens", "=")
 # Messages that arrive wrapped over lines, and how each one's continuation looks.
 JOIN_SPECS = (
@@ -162,6 +177,16 @@ def _detect(text: str) -> list[tuple[str, dict[str, Any]]]:
         found.append((CUDA_FAULT, faults.parse_cuda_fault(text)))
     if any(word in text for word in faults.DEATH_WORDS):
         found.append((WORKER_DIED, faults.parse_worker_died(text)))
+    if "terminated with" in text or "exiting process" in text:
+        found.append((CHILD_FAILED, exit_lines.parse_multiprocessing_exit(text)))
+    if "xit Code:" in text or "command terminated with" in text:
+        found.append((WORKER_DIED, exit_lines.parse_container_exit(text)))
+    if "non-zero exit status" in text:
+        found.append((WORKER_DIED, exit_lines.parse_subprocess_exit(text)))
+    if "state: DEAD" in text:
+        found.append((WORKER_DIED, exit_lines.parse_ray_actor_dead(text)))
+    if "by peer" in text:
+        found.append((WORKER_DIED, peer_loss.parse_peer_loss(text)))
     if "PEER_DEAD" in text:
         found.append((NCCL_RAS, _ras_fields(nccl_ras.parse_monitor_line(text))))
     if "Xid (" in text or "fallen off the bus" in text:

@@ -39,7 +39,10 @@ FIELDS: dict[str, tuple[str, ...]] = {
     CUDA_OOM: ("wording", "gpu", "requested_bytes", "total_bytes", "free_bytes", "processes", "allowed_bytes",
                "allocated_bytes", "private_pool_bytes", "reserved_unallocated_bytes", "reserved_bytes"),
     NCCL_TIMEOUT: ("seq", "op", "numel_in", "numel_out", "timeout_ms", "ran_for_ms", "rank", "pg", "pg_desc"),
-    NCCL_WATCHDOG_STATUS: ("seq", "last_enqueued", "last_started", "last_completed", "rank", "pg", "pg_desc"),
+    # timed_out_rank: the rank a dump signal names ("Received a dump signal due to a collective timeout from
+    # rank 13"): that rank timed out, and the signature is its (the printing rank only dumped).
+    NCCL_WATCHDOG_STATUS: ("seq", "last_enqueued", "last_started", "last_completed", "rank", "pg", "pg_desc",
+                           "timed_out_rank"),
     # terminated: the heartbeat monitor's "Terminating the process after attempting to dump debug
     # info, due to ProcessGroupNCCL watchdog hang" (stuck_s None on that line).
     NCCL_WATCHDOG_STUCK: ("stuck_s", "rank", "pg", "pg_desc", "terminated"),
@@ -61,7 +64,8 @@ FIELDS: dict[str, tuple[str, ...]] = {
     # origin: "summary" (the ChildFailedError block), "agent" (the launcher's own "failed
     # (exitcode: ...)" line; both report the same failure, same pid) or "srun" (Slurm's
     # "srun: error: HOST: task N: ..."; rank is the task id) or "deepspeed" (its launcher's
-    # "[...'--local_rank=4', ...] exits with return code = 1"). root_cause: None for agent lines.
+    # "[...'--local_rank=4', ...] exits with return code = 1") or "multiprocessing" (torch.multiprocessing's
+    # "process 1 terminated with signal SIGKILL": local_rank the process index). root_cause: None for agent lines.
     CHILD_FAILED: ("origin", "rank", "local_rank", "host", "exitcode", "pid", "signal", "root_cause", "time",
                    "error_file", "traceback", "script", "binary"),
     # source: "kernel" (OOM killer; cgroup says whether a memory cgroup's limit was hit), "ray"
@@ -83,7 +87,9 @@ FIELDS: dict[str, tuple[str, ...]] = {
     # exit type", a remote task's "ray::Class.method() (pid=...)" header) or "process" (a fatal signal:
     # "Fatal Python error: Aborted", "*** SIGABRT received at time=..."; exc_type the signal),
     # "child-process" (SGLang's "Child process unexpectedly failed with an exit code 256": exitcode 1)
-    # or "launcher-signal" (torchrun's agent "Received 1 death signal": exc_type the signal);
+    # or "launcher-signal" (torchrun's agent "Received 1 death signal": exc_type the signal), "peer-lost"
+    # (gloo's "Connection closed by peer [ip]:port": ip the peer's, logs/peer_loss.py) or "process" also for a
+    # container's exit code, a launched command's exit status (logs/exit_lines.py);
     # pid / ip / actor_name / class_name as Ray prints them; rank from an actor repr "Worker[rank=2]".
     WORKER_DIED: ("component", "exc_type", "message", "class_name", "actor_name", "pid", "ip", "exit_type",
                   "exit_detail", "rank", "exitcode"),

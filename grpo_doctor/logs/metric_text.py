@@ -171,8 +171,8 @@ class MetricTextReader:
                 break
             if kind == "pair":
                 name, value = lone_pair(text)
-                pairs.append((section + name if section and "/" in section else name, value))
-            else:
+                pairs.append((section + name if section.endswith("/") else name, value))
+            elif kind:
                 section = kind
             pos = after
         self._add("block", pairs, "", chunk, first)
@@ -248,10 +248,12 @@ def _block_line(text: str) -> str | None:
         return None
     if lone_pair(text) is not None:
         return "pair"
+    if text.lstrip().startswith(("...", "…")):  # "... and 7 more reward metrics": the block goes on
+        return ""
     if line_pairs(text):
         return None
     m = _SECTION.match(text)
-    if m and (text.rstrip().endswith(":") or "/" in text or text.lstrip().startswith(("|", "│", "┃"))):
+    if m and (text.rstrip().endswith(":") or m.group(1).strip().endswith("/")):
         return m.group(1).strip().rstrip(":") + ("/" if m.group(1).strip().endswith("/") else "")
     return None
 

@@ -43,6 +43,7 @@ _COMPLETED = re.compile(r"[Ll]ast completed (?:NCCL )?work:\s*(-?\d+)")
 _STUCK = re.compile(r"watchdog got stuck for (\d+) seconds")
 _TERMINATING = ("Terminating the process after attempting to dump debug info", "Heartbeat monitor timed out")
 _DUMP_SIGNAL = "dump signal due to a collective timeout"
+_DUMP_FROM = re.compile(r"dump signal due to a collective timeout from\s+rank (\d+)")
 _ERROR = re.compile(
     r"NCCL error(?: in: (?P<file>[^\s,]+?):(?P<line>\d+))?[,:] (?P<detail>.+?)"
     r"(?: \(run with NCCL_DEBUG=\w+ for details\))?(?:, NCCL [vV]ersion (?P<version>[\w.+-]+)|[.;]|\s*$| ncclR| nccl\w+Error)"
@@ -117,7 +118,9 @@ def parse_watchdog_status(text: str) -> dict[str, Any] | None:
     if enqueued is None or (seq is None and _DUMP_SIGNAL not in text):
         return None
     started, completed = _STARTED.search(text), _COMPLETED.search(text)
+    source = _DUMP_FROM.search(text) if seq is None else None  # "... from  rank 13": rank 13 timed out
     return {"seq": int(seq.group(1)) if seq else None, "last_enqueued": int(enqueued.group(1)),
+            "timed_out_rank": int(source.group(1)) if source else None,
             "last_started": int(started.group(1)) if started else None,
             "last_completed": int(completed.group(1)) if completed else None, **parse_pg_tag(text)}
 
@@ -146,6 +149,38 @@ def parse_nccl_error(text: str) -> dict[str, Any] | None:
     found.update(_address(last_error or ""))
     found.update(parse_pg_tag(text[:m.start()]))  # the tag before the error, not one quoted in its detail
     return found
+
+
+# Failure reports that name no watchdog timeout and no `NCCL error`: ProcessGroupNCCL taking the process down
+# after a failed (or timed out) work, and NCCL's INFO error chain
+# ("misc/socket.cc:538 -> 3", each caller adding its own line: the first is where it failed).
+# The pre-check's spellings (detectors.KEYWORDS; a chain's "socket.cc:" line is hot by "ocket" already).
+# Its "To avoid data inconsistency, we are taking the entire process down" always follows, and is not read.
+FAILURE_KEYWORDS = ("NCCL operations",)
+# The detail of the report that follows a failure said elsewhere (a watchdog timeout, an NCCL error): the
+# report is theirs when the log holds one.
+TAKEN_DOWN = "an NCCL operation failed or its timeout expired; ProcessGroupNCCL took the process down"
+FOLLOW_UPS = (TAKEN_DOWN,)
+_TAKEN_DOWN = ("Some NCCL operations have failed or timed out",)
+_CHAIN = re.compile(r"NCCL INFO ([\w/.-]+\.cc):(\d+) -> (\d+)\s*$")
+RESULT_NAMES = {1: "ncclUnhandledCudaError", 2: "ncclSystemError", 3: "ncclInternalError", 4: "ncclInvalidArgument",
+                5: "ncclInvalidUsage", 6: "ncclRemoteError", 7: "ncclInProgress"}
+
+
+def parse_nccl_failure(text: str) -> dict[str, Any] | None:
+    """A failure NCCL or ProcessGroupNCCL reports without `NCCL error` (see FAILURE_KEYWORDS), as an
+    nccl-error's fields."""
+    found: dict[str, Any] | None = None
+    if any(words in text for words in _TAKEN_DOWN):
+        found = {"detail": TAKEN_DOWN}
+    elif " -> " in text and (m := _CHAIN.search(text)) is not None and m.group(3) != "0":
+        code = int(m.group(3))
+        name = RESULT_NAMES.get(code)
+        found = {"detail": f"NCCL call failed at {m.group(1)}:{m.group(2)} (result {code}" + (f", {name})" if name else ")"),
+                 "file": m.group(1), "line": int(m.group(2)), "error_code": name}
+    if found is None:
+        return None
+    return {**found, **parse_pg_tag(text)}
 
 
 def parse_nccl_warn(text: str) -> dict[str, Any] | None:

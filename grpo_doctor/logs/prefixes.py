@@ -5,7 +5,7 @@ a CloudWatch column (`  | 2024-08-23T22:22:58.879Z | `), a Slurm `srun -l` task 
 a Ray actor tag (`(WorkerDict pid=123) `, vLLM's `(VllmWorker rank=1 pid=254) `), torchrun's rank
 tag (`[rank3]: `, or `[default0]:` from `--tee`), a c10 / glog header
 (`[E1218 10:01:02.123456 123 ProcessGroupNCCL.cpp:629] `), a vLLM header
-(`INFO 12-23 23:34:23 [gpu_worker.py:298] `), accelerate's `stderr: `, timestamps, kernel uptimes, user line counters
+(`INFO 12-23 23:34:23 [gpu_worker.py:298] `), accelerate's `stderr: `, timestamps (a CI log's "Jul 13 21:22:34 " too), kernel uptimes, user line counters
 (`[80746] `) and ANSI colour codes. `split_prefix` removes them all and says which rank and which
 stream (`source`) the line came from; the indentation after the last prefix is kept, because a
 traceback's frames are told apart from its exception line by indentation.
@@ -55,7 +55,9 @@ _LETTER = re.compile(
     r"|" + _LEVEL + r":[\w.]*:"  # Python logging's default format
     r"|" + _LEVEL + r" - "
     r"|std(?:err|out): "  # accelerate's subprocess output ("stderr: Traceback ...")
-    r"|(?P<time>[A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d )(?=[\w.-]+ [\w./-]+(?:\[\d+\])?: )"  # syslog
+    # syslog's "Dec  2 11:38:47 " (its host and program follow: _AFTER_TIME), and the same time alone before
+    # every line of a CI log ("Jul 13 21:22:34     work.wait()")
+    r"|(?P<time>(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +\d{1,2} \d\d:\d\d:\d\d(?:[.,]\d+)? )"
 )
 # Only right after a timestamp: a logger name or a host name, which could start any message.
 _AFTER_TIME = re.compile(r"[\w.]+: \[" + _LEVEL + r"\] ?|[\w.-]+ (?:kernel|[\w./-]+\[\d+\]): ")

@@ -307,6 +307,8 @@ class LineScanner:
             fields["node"] = gpu_faults.node_of(self._raw_line)  # the prefix, stripped before parsing, names it
         if kind == CHILD_FAILED and fields["rank"] is not None:
             rank = fields["rank"]  # the failed worker's rank, not the launcher's prefix
+        elif kind == NCCL_WATCHDOG_STATUS and fields["timed_out_rank"] is not None:
+            rank = fields["timed_out_rank"]  # told to dump by that rank's timeout: the timeout is that rank's
         elif rank is None and (kind != NCCL_ERROR or fields["pg"] in (None, 0) or fields["pg_desc"] == "default_pg"):
             rank = fields.get("rank")  # an NCCL error's rank in a subgroup is not the global rank
         key = _repeat_key(kind, rank, fields)

@@ -86,7 +86,7 @@ def test_a_watchdog_timeout_names_the_ranks_that_reported_and_so_the_one_that_di
     status = {s.rank: s.fields for s in _of(sigs, "nccl-watchdog-status")}
     assert set(status) == {0, 1, 2, 3}
     assert status[3] == {"seq": 1043, "last_enqueued": 1045, "last_started": None, "last_completed": 1042,
-                         "rank": 3, "pg": 0, "pg_desc": "default_pg"}
+                         "rank": 3, "pg": 0, "pg_desc": "default_pg", "timed_out_rank": None}
     [stuck] = _of(sigs, "nccl-watchdog-stuck")
     assert (stuck.rank, stuck.fields["stuck_s"], stuck.fields["pg"]) == (6, 480, 0)
 

@@ -9,6 +9,10 @@ closed the connection: the peer died first), `cuda` (ncclUnhandledCudaError, "Cu
 `internal`, `other`. One finding per kind, naming every rank and host that reported it. A kind
 seen only in WARN lines that say nothing recognisable (`other`) is a warning; the rest are critical.
 
+ProcessGroupNCCL's "Some NCCL operations have failed or timed out" follows a failure: it is read only where the
+log states no other (no watchdog timeout, no NCCL error or warning of its own), as an `other` kind naming the
+ranks that went down.
+
 InfiniBand async events that report a fabric change ("NET/IB : Got async event : client
 reregistration", port active, LID / GID / SM / P_Key change) are benign and not read.
 
@@ -29,7 +33,15 @@ from typing import Any
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.analysis.probe_evidence import probe_findings
-from grpo_doctor.logs.kinds import CHILD_FAILED, NCCL_ERROR, NCCL_WARN
+from grpo_doctor.logs.kinds import (
+    CHILD_FAILED,
+    NCCL_ERROR,
+    NCCL_TIMEOUT,
+    NCCL_WARN,
+    NCCL_WATCHDOG_STATUS,
+    NCCL_WATCHDOG_STUCK,
+)
+from grpo_doctor.logs.nccl import FOLLOW_UPS
 from grpo_doctor.schema.ranks import format_ranks
 
 ID = "nccl-error"
@@ -92,6 +104,8 @@ TITLES = {
 # wording, printed by NCCL as "NET/IB : Got async event : client reregistration"): not findings.
 BENIGN_IB_EVENTS = tuple(f"Got async event : {e}" for e in ("client reregistration", "port active", "LID change",
                                                             "GID table change", "SM change", "P_Key change"))
+# NCCL's words for a peer that went (its process exited, or it closed or aborted the connection)
+PEER_GONE_WORDS = ("remote process exited", "from peer", "by peer", "remote peer", "aborted")
 _REMOTE_WORDS = ("remote process exited", "closed by remote peer", "Connection reset by peer")
 _NETWORK_WORDS = ("socketStartConnect", "Connection refused", "timed out", "unreachable", "No route to host",
                   "NET/Socket", "system error")
@@ -107,8 +121,11 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
     yield from probe_findings(run.probe, ID)
     rank_of_pid = _rank_of_pid(run)
     groups: dict[str, list[dict[str, Any]]] = {}
+    said_elsewhere = _failure_said_elsewhere(run.signature_rows)
     for row in run.signature_rows:
         if row["kind"] == NCCL_WARN and any(e in (row["fields"].get("message") or "") for e in BENIGN_IB_EVENTS):
+            continue
+        if said_elsewhere and row["kind"] == NCCL_ERROR and row["fields"].get("detail") in FOLLOW_UPS:
             continue
         if row["kind"] in (NCCL_ERROR, NCCL_WARN):
             groups.setdefault(error_kind(row["fields"]), []).append(row)
@@ -146,6 +163,14 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
         yield Finding(id=ID, severity="warning" if only_vague_warnings else "critical", title=title,
                       ranks=tuple(sorted(ranks)), hosts=tuple(sorted(hosts)), step=None, phase=None,
                       evidence=evidence, hints=KIND_HINTS[kind])
+
+
+def _failure_said_elsewhere(rows: list[dict[str, Any]]) -> bool:
+    """Whether the log states the failure that ProcessGroupNCCL's "Some NCCL operations have failed or timed out"
+    follows: a watchdog timeout (nccl-timeout's) or an NCCL error or warning of its own."""
+    return any(row["kind"] in (NCCL_TIMEOUT, NCCL_WATCHDOG_STATUS, NCCL_WATCHDOG_STUCK)
+               or row["kind"] in (NCCL_ERROR, NCCL_WARN) and row["fields"].get("detail") not in FOLLOW_UPS
+               for row in rows)
 
 
 def error_kind(fields: dict[str, Any]) -> str:
@@ -191,7 +216,15 @@ def _evidence(kind: str, rows: list[dict[str, Any]], cfg: Config) -> dict[str, A
         "pids": distinct(f.get("pid") for f in fields),
         "num_reports": sum(row.get("count", 1) for row in rows),  # a row may stand for repeats (signature_rows.py)
         "sources": distinct(row["source"] for row in rows),
+        # What incidents.py reads to put this error after a crash: the peer went away, by its code or NCCL's words
+        "peer_departed": kind == "remote-peer" or any(
+            w in text.lower() for text in map(str, _texts(fields)) for w in PEER_GONE_WORDS),
     }
+
+
+def _texts(fields: list[dict[str, Any]]) -> Iterator[Any]:
+    for f in fields:
+        yield from (f.get(k) for k in ("detail", "last_error", "message") if f.get(k))
 
 
 def _rank_of_pid(run: Evidence) -> dict[tuple[str | None, int], int]:

@@ -1,0 +1,101 @@
+"""Exit lines of process managers other than torchrun's agent (torchrun.py), DeepSpeed's launcher (torchrun.py)
+and srun (cluster.py): torch.multiprocessing, Kubernetes, accelerate and Ray's core worker.
+
+Read (wordings from public issues):
+    torch.multiprocessing.spawn.ProcessExitedException: process 0 terminated with exit code 1
+    torch.multiprocessing.spawn.ProcessExitedException: process 1 terminated with signal SIGKILL
+    Process 2 terminated with exit code 10, terminating remaining processes.   (torch's test harness)
+    exiting process 3 with exit code: 10
+        -> child-failed, origin "multiprocessing": the process index is the local rank
+    Exit Code:    137        (kubectl describe pod, under "Last State: Terminated / Reason: Error")
+    command terminated with exit code 137                                      (kubectl exec)
+        -> worker-died, component "process"; 137 is SIGKILL from outside the container's main process
+    subprocess.CalledProcessError: Command '['/usr/bin/python', ...]' returned non-zero exit status 1.
+        -> worker-died, component "process" (accelerate launch, and any Python launcher using subprocess)
+    ... actor_manager.cc:139: received notification on actor, state: DEAD, actor_id: ..., ip address: ...,
+        has creation_task_exception=1
+        -> worker-died, component "ray-actor"
+
+Exit code 137 without "OOMKilled" does not say who sent the SIGKILL: the kernel's OOM killer inside the
+container's cgroup (a child process over the limit: the pod's Reason stays "Error"), the kubelet evicting
+the pod, or a preemption; `KILL_137` says how to tell them apart.
+
+Typical use:
+    parse_multiprocessing_exit("... process 0 terminated with signal SIGKILL")["signal"]   # "SIGKILL"
+    parse_container_exit("      Exit Code:    137")["exc_type"]                            # "SIGKILL (exit code 137)"
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from grpo_doctor.logs.units import signal_name
+
+# The pre-check's spellings (detectors.KEYWORDS): each holds an anchor byte (chunk_keywords.RARE_BYTES).
+# Few and in rare groups: every line of a live job pays for each (docs/benchmarks.md). "xit" is in every exit
+# line read here ("exit code", "Exit Code:", "exit status", "ProcessExitedException: process 0 terminated with
+# signal SIGKILL").
+KEYWORDS = ("xit", "DEAD")
+KILL_137 = ("SIGKILL (exit code 137) from outside the process: with Reason OOMKilled the container's memory "
+            "limit; with Reason Error an OOM kill of a process inside the container (dmesg on the node: "
+            "'Memory cgroup out of memory'), an eviction (kubectl get events: Evicted, node memory pressure) or a "
+            "preemption / node drain (kubectl get events: Preempting, Killing; kubectl describe node)")
+
+_MP = re.compile(r"\b[Pp]rocess (\d+) terminated with (?:exit code (-?\d+)|signal (SIG[A-Z]+))")
+_MP_EXITING = re.compile(r"\bexiting process (\d+) with exit code:? (-?\d+)")
+_K8S = re.compile(r"^\s*Exit Code:\s+(\d+)\s*$|command terminated with exit code (\d+)")
+_SUBPROCESS = re.compile(r"Command '(.{0,200}?)'? returned non-zero exit status (-?\d+)")
+_RAY_DEAD = re.compile(r"state: DEAD, actor_id: (\w+)(?:, ip address: ([^,\s]+))?")
+
+
+def parse_multiprocessing_exit(text: str) -> dict[str, Any] | None:
+    """torch.multiprocessing's report of a process that ended badly (0 is no failure)."""
+    m = _MP.search(text) if "terminated with" in text else None
+    if m is not None:
+        index, code, signal = int(m.group(1)), m.group(2), m.group(3)
+        exitcode = int(code) if code is not None else None
+        if exitcode == 0:
+            return None
+        return {"origin": "multiprocessing", "local_rank": index, "exitcode": exitcode,
+                "signal": signal or signal_name(exitcode), "root_cause": None}
+    m = _MP_EXITING.search(text) if "exiting process" in text else None
+    if m is None or m.group(2) == "0":
+        return None
+    exitcode = int(m.group(2))
+    return {"origin": "multiprocessing", "local_rank": int(m.group(1)), "exitcode": exitcode,
+            "signal": signal_name(exitcode), "root_cause": None}
+
+
+def parse_container_exit(text: str) -> dict[str, Any] | None:
+    """A Kubernetes container's (or kubectl exec's) non-zero exit code; 137 and 143 named as signals."""
+    m = _K8S.search(text) if "xit code" in text or "Exit Code:" in text else None
+    if m is None:
+        return None
+    code = int(m.group(1) or m.group(2))
+    if code == 0:
+        return None
+    signal = {137: "SIGKILL", 143: "SIGTERM", 139: "SIGSEGV", 134: "SIGABRT"}.get(code)
+    return {"component": "process", "exitcode": code, "message": text.strip()[:300],
+            "exc_type": f"{signal} (exit code {code})" if signal else f"exit code {code}",
+            "exit_detail": KILL_137 if code == 137 else None}
+
+
+def parse_subprocess_exit(text: str) -> dict[str, Any] | None:
+    """A launcher's subprocess that failed (accelerate launch: CalledProcessError of the training command)."""
+    m = _SUBPROCESS.search(text) if "non-zero exit status" in text else None
+    if m is None:
+        return None
+    code = int(m.group(2))
+    signal = signal_name(code) if code < 0 else None
+    return {"component": "process", "exitcode": code, "message": text.strip()[:300],
+            "exc_type": f"the launched command {'died on ' + signal if signal else f'exited with status {code}'}"}
+
+
+def parse_ray_actor_dead(text: str) -> dict[str, Any] | None:
+    """Ray's core worker told that an actor died (its creation task raised, or its process went)."""
+    m = _RAY_DEAD.search(text) if "state: DEAD" in text else None
+    if m is None:
+        return None
+    raised = "creation_task_exception=1" in text
+    return {"component": "ray-actor", "actor_name": m.group(1), "ip": m.group(2), "message": text.strip()[:300],
+            "exc_type": "ActorDiedError" + (" (its creation task raised)" if raised else "")}

@@ -1,0 +1,126 @@
+"""The general metric reader (logs/metric_text.py) and the name rules (schema/metric_name_rules.py) on real
+lines of formats no framework reader knows (tests/data/logs/metric_formats/, sources in its SOURCES.md), and
+each syntax of name/number pairs the issue names."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from grpo_doctor.logs.metric_text import MetricTextReader
+from grpo_doctor.schema.metric_name_rules import metric_name, rollout_names_allowed, step_name
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "logs" / "metric_formats"
+
+
+def _records(text: str | bytes):
+    reader = MetricTextReader()
+    reader.feed_chunk(text.encode() if isinstance(text, str) else text)
+    return reader.records
+
+
+def _file(name: str):
+    return _records((DATA / name).read_bytes())
+
+
+@pytest.mark.parametrize(("name", "canonical"), [
+    ("Total rewards mean", "reward"), ("Total rewards std", "reward_std_batch"),
+    ("Grouped rewards std", "reward_std_group_mean"), ("rewards/accuracy_reward/std", "rewards/accuracy_reward/std"),
+    ("r1_accuracy_reward_func std", "rewards/r_1_accuracy_func/std"), ("actor/entropy", "actor/entropy"),
+    ("Train loss", "loss"), ("Avg Reward", "reward"), ("Mean Generation Length", "completion_length_mean"),
+    ("KL", "kl"), ("Learning Rate", "learning_rate"), ("Grad Norm", "grad_norm"), ("policy_loss", "policy_loss"),
+    # other quantities that share a word: left out
+    ("value_loss", None), ("reward_loss", None), ("actor/kl_loss", None), ("actor/ppo_kl", None),
+    ("entropy_coeff", None), ("max_grad_norm", None), ("Val loss", None), ("eval/reward", None),
+    ("prompt_length/mean", None), ("critic/rewards/mean", None),
+])
+def test_names_are_mapped_by_their_words(name, canonical):
+    assert metric_name(name) == canonical
+
+
+def test_counters_and_episode_signs():
+    assert [step_name(n) for n in ("training/global_step", "Iteration", "_step", "epoch", "Timing/iter")] == [
+        "global_step", "iteration", "step", "epoch", None]
+    assert rollout_names_allowed(["Total rewards mean", "KL"])
+    assert not rollout_names_allowed(["ep_rew_mean", "approx_kl", "loss"])  # classic PPO: KL but episodes
+    assert rollout_names_allowed(["critic/vf_loss", "response_length/mean"])  # LLM PPO: generated text
+
+
+def test_mlx_lm_iter_lines_give_one_step_each_and_validation_is_left_out():
+    records = _file("mlx_lm_iter_lines.log")
+    assert [r.step for r in records] == [1, 14]
+    first = records[0].metrics
+    assert first["loss"] == 0.0 and first["reward"] == 0.0 and first["reward_std_batch"] == 0.0
+    assert first["reward_std_group_mean"] == 0.0 and first["kl"] == 0.0 and first["learning_rate"] == 1e-05
+    assert records[1].metrics["reward"] == 0.125
+
+
+def test_nemo_rl_bulleted_summary_is_one_record_and_its_timing_block_none():
+    [record] = _file("nemo_rl_training_results.log")
+    assert record.syntax == "block" and record.metrics == {"loss": 0.1032}  # no sign of rollouts: loss only
+
+
+def test_nemo_rl_summary_takes_its_step_from_the_header_above():
+    text = ("========================= Step 3/10 =========================\n"
+            + (DATA / "nemo_rl_training_results.log").read_text(encoding="utf-8").replace(
+                "  • Buffer Size: 64\n", "  • Mean Generation Length: 613.4531\n"))
+    [record] = _records(text)
+    assert record.step == 3 and record.metrics == {"loss": 0.1032, "reward": 0.3486, "completion_length_mean": 613.4531}
+
+
+def test_key_value_line_with_its_step_in_the_text():
+    [record] = _file("cosmos_rl_key_value.log")
+    assert record.step == 826
+    assert record.metrics == {"loss": -0.01001, "learning_rate": 2e-06, "completion_length_mean": 426.0, "reward": 1.5}
+
+
+def test_indented_blocks_under_section_headers_are_one_record_per_step():
+    records = _file("trl_custom_metric_blocks.log")
+    assert len(records) == 3 and all(r.step is None for r in records)  # numbered in order later
+    assert records[1].metrics == {"rewards/mc_idx_reward/std": 0.0, "completions/mean_length": 2.6,
+                                  "completions/min_length": 2.4}
+
+
+def test_classic_rl_tables_and_blocks_keep_only_loss_and_learning_rate():
+    assert [r.metrics for r in _file("sb3_ppo_tables.log")] == [{"loss": -0.00948, "learning_rate": 0.0003},
+                                                                 {"loss": -0.00677, "learning_rate": 0.0003}]
+    assert [(r.step, r.metrics) for r in _file("deeprm_pg_blocks.log")] == [
+        (25, {"loss": 0.2555212676525116}), (26, {"loss": 0.2262439876794815})]
+    assert _file("grounding_a3c_lines.log") == []  # rewards of episodes, no loss: nothing to judge
+
+
+def test_wandb_sparklines_are_no_record():
+    assert _file("wandb_run_history_trl.log") == []
+
+
+@pytest.mark.parametrize("text", [
+    "step=5 loss=nan reward=0.3 completion_length=200\n",
+    "Step: 5, Loss: nan, Reward: 0.3, Completion length: 200\n",
+    '{"step": 5, "pg_loss": NaN, "score": 0.3, "response_length": 200}\n',  # JSON a framework reader does not know
+    "| step | loss | reward | completion_length |\n|---|---|---|---|\n| 5 | nan | 0.3 | 200 |\n",
+    "┃ step ┃ loss ┃ reward ┃ completion_length ┃\n┡━━━━━━╇━━━━━━╇━━━━━━━━╇━━━━━━━━━━━━━━━━━━━┩\n│ 5 │ nan │ 0.3 │ 200 │\n",
+    "step\tloss\treward\tcompletion_length\n5\tnan\t0.3\t200\n",
+    "   step  loss  reward  completion_length\n0     5   nan     0.3                200\n",
+    "Iter 5: Train loss nan, Total rewards mean 0.300, Total rewards std 0.100, KL 0.001\n",
+])
+def test_every_syntax_gives_the_step_and_a_nan_loss(text):
+    [record] = _records(text)
+    assert record.step == 5 and math.isnan(record.metrics["loss"])
+
+
+def test_wandb_run_summary_block_behind_a_ray_prefix():
+    text = ("(TaskRunner pid=1) wandb: Run summary:\n"
+            "(TaskRunner pid=1) wandb:                       actor/entropy 0.06955\n"
+            "(TaskRunner pid=1) wandb:                   critic/score/mean 0.9793\n"
+            "(TaskRunner pid=1) wandb:                response_length/mean 232.04102\n"
+            "(TaskRunner pid=1) wandb:                training/global_step 105\n"
+            "(TaskRunner pid=1) wandb: \n")
+    [record] = _records(text)
+    assert record.syntax == "wandb-summary" and record.step == 105
+    assert record.metrics == {"actor/entropy": 0.06955, "critic/score/mean": 0.9793, "response_length/mean": 232.04102}
+
+
+def test_a_config_dump_and_the_trainers_end_summary_are_no_step():
+    assert _records("learning_rate: 1e-06\nmax_completion_length: 1024\nmax_grad_norm: 1.0\n") == []
+    assert _records("{'train_runtime': 120.5, 'train_samples_per_second': 1.2, 'train_loss': 0.01}\n") == []
