@@ -132,8 +132,7 @@ def _is_victim(f: Finding, findings: list[Finding]) -> bool:
 
 
 def _peer_departed(f: Finding) -> bool:
-    text = " ".join(str(f.evidence.get(k) or "") for k in ("detail", "error_code", "last_error")) + " " + f.title
-    return any(w in text.lower() for w in ("remote process exited", "remote", "peer", "aborted"))
+    return bool(f.evidence.get("peer_departed"))  # rules/nccl_error.py judges that from its own fields
 
 
 def _crash_waited(f: Finding, findings: list[Finding]) -> bool:

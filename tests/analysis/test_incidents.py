@@ -133,3 +133,17 @@ def test_a_machine_fault_on_a_ranks_gpu_is_the_root_of_its_hang_and_the_others_t
     assert ("rank-crash", (5,), None, None) in _roles(out)
     app = dataclasses.replace(fault, severity="info", evidence={**fault.evidence, "hardware": False, "xids": [13]})
     assert all(f.role is None for f in link_incidents([app, hang]))  # the application's own Xid explains nothing
+
+
+def test_an_nccl_error_whose_own_words_say_the_peer_went_is_the_consequence_of_a_crash(tmp_path):
+    """The words that say so are in the finding's evidence as rules/nccl_error.py writes it (its
+    messages), not in its title: the InfiniBand kind's title names no peer."""
+    log = tmp_path / "node3.log"
+    log.write_text("gpu-node-03:1234:1290 [0] transport/net_ib.cc:1296 NCCL WARN NET/IB : Got completion from peer "
+                   "10.0.0.4<54321> with status=12 opcode=0 len=0 vendor err 129 (Recv) localGid ::ffff:10.0.0.3 "
+                   "remoteGids::ffff:10.0.0.4 hca mlx5_0\n")
+    [nccl] = [f for f in run_rules(load_evidence([log]))[0] if f.id == "nccl-error"]
+    assert "peer" not in nccl.title
+    culprit = _crash([1], exc_type="ValueError", message="reward model returned no score for prompt 17")
+    out = link_incidents([nccl, culprit])
+    assert [(f.id, f.role) for f in out] == [("rank-crash", "root-cause"), ("nccl-error", "consequence")]
