@@ -9,7 +9,9 @@ The format is in tests/data/corpus/README.md. A case passes when:
   - `lead` is the first finding whose role is "root-cause" or, when no finding has a role, the first;
   - the ranks given for an id are a subset of the ranks of the first finding with that id;
   - each evidence number is within 1 % of the first finding of that id that has the key;
-  - a control raises no critical or warning finding.
+  - a control raises no critical or warning finding, and something in it was recognised (the report's
+    `inputs[].recognised` is not empty): "nothing recognised" says nothing about false alarms.
+The table says of each control whether it was recognised.
 
 Typical use:
     .venv/bin/python -m tests.corpus_score                 # table of every case and the score
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from grpo_doctor.analysis.coverage import describe_coverage
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.load import load_evidence
 from grpo_doctor.analysis.rules import run_rules
@@ -45,6 +48,7 @@ class CaseResult:
     passed: bool
     why: str           # what was wrong ("" when passed)
     found: tuple[str, ...]  # the ids the tool found, in its order, with severity: "cuda-oom:critical"
+    recognised: bool = True  # something in the log was recognised (the report's inputs[].recognised)
 
 
 def case_files(root: Path = CORPUS) -> list[Path]:
@@ -56,8 +60,15 @@ def read_label(log: Path) -> dict[str, Any]:
 
 
 def diagnose(log: Path) -> list[Finding]:
-    findings, _warnings = run_rules(load_evidence([log]))
-    return findings
+    return diagnose_and_read(log)[0]
+
+
+def diagnose_and_read(log: Path) -> tuple[list[Finding], bool]:
+    """The findings, and whether anything in the log was recognised (as the report's inputs[].recognised)."""
+    evidence = load_evidence([log])
+    findings, _warnings = run_rules(evidence)
+    inputs, _not_checked, _unrecognised = describe_coverage(evidence)
+    return findings, any(summary.recognised for summary in inputs)
 
 
 def leading(findings: list[Finding]) -> Finding | None:
@@ -86,11 +97,13 @@ def _close(actual: Any, expected: Any) -> bool:
     return abs(actual - expected) <= REL_TOLERANCE * abs(expected)
 
 
-def judge(label: dict[str, Any], findings: list[Finding]) -> str:
-    """Why the diagnosis is wrong, or "" when it is right."""
+def judge(label: dict[str, Any], findings: list[Finding], recognised: bool = True) -> str:
+    """Why the diagnosis is wrong, or "" when it is right. A control passes only when it was recognised."""
     if label.get("control"):
         loud = [f"{f.id} ({f.severity}: {f.title})" for f in findings if f.severity in LOUD]
-        return f"control raised {'; '.join(loud)}" if loud else ""
+        if loud:
+            return f"control raised {'; '.join(loud)}"
+        return "" if recognised else "control not recognised: nothing in it was read, so no finding proves nothing"
     ids = [f.id for f in findings]
     problems = []
     missing = [i for i in label.get("expect", []) if i not in ids]
@@ -120,13 +133,15 @@ def judge(label: dict[str, Any], findings: list[Finding]) -> str:
 def score_case(log: Path, root: Path = CORPUS) -> CaseResult:
     label = read_label(log)
     name = str(log.relative_to(root).with_suffix(""))
+    recognised = False
     try:
-        findings = diagnose(log)
-        why = judge(label, findings)
+        findings, recognised = diagnose_and_read(log)
+        why = judge(label, findings, recognised)
     except Exception as exc:  # noqa: BLE001 - one broken case must not hide the others' scores
         findings, why = [], f"raised {type(exc).__name__}: {exc}"
     return CaseResult(case=name, framework=log.parent.name, control=bool(label.get("control")),
-                      passed=not why, why=why, found=tuple(f"{f.id}:{f.severity}" for f in findings))
+                      passed=not why, why=why, found=tuple(f"{f.id}:{f.severity}" for f in findings),
+                      recognised=recognised)
 
 
 def score_corpus(root: str | Path = CORPUS) -> list[CaseResult]:
@@ -143,9 +158,13 @@ def table(results: list[CaseResult]) -> str:
     rows = [f"{'case':<{width}}  result  why / found"]
     for r in results:
         tail = r.why if r.why else ", ".join(r.found) or "no findings"
+        if r.control:
+            tail = f"[control, {'recognised' if r.recognised else 'NOT recognised'}] {tail}"
         rows.append(f"{r.case:<{width}}  {'pass' if r.passed else 'FAIL':<6}  {tail}")
     passed = sum(r.passed for r in results)
-    rows.append(f"score: {passed}/{len(results)} = {fraction_passed(results):.1%}")
+    controls = [r for r in results if r.control]
+    rows.append(f"score: {passed}/{len(results)} = {fraction_passed(results):.1%}; controls recognised: "
+                f"{sum(r.recognised for r in controls)}/{len(controls)}")
     return "\n".join(rows)
 
 
@@ -164,13 +183,23 @@ def docs_page(results: list[CaseResult]) -> str:
              "lines too (tests/data/logs/real_wordings.log). Logs from projects not seen here remain the real test.",
              "",
              f"**Score: {passed}/{len(results)} = {fraction_passed(results):.1%}** "
-             f"({sum(r.control for r in results)} of the cases are healthy or benign controls).", "",
+             f"({sum(r.control for r in results)} of the cases are healthy or benign controls, "
+             f"{sum(r.control and r.recognised for r in results)} of them recognised; a control counts as passed "
+             "only when something in it was recognised and it raised no critical or warning finding).", "",
              "| framework | cases | controls | passed |", "| --- | ---: | ---: | ---: |"]
     lines += [f"| {fw} | {n} | {controls[fw]} | {passing[fw]} |" for fw, n in sorted(per_framework.items())]
     failures = [r for r in results if not r.passed]
     lines += ["", "## Failures", ""]
     lines += [f"- `{r.case}`: {r.why}" for r in failures] or ["None."]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n" + kept_sections()
+
+
+def kept_sections(page: Path = DOCS) -> str:
+    """The sections written by hand below the generated ones (a round's held-out first score, from its
+    "## Held-out" heading on): --write-docs keeps them."""
+    text = page.read_text(encoding="utf-8") if page.is_file() else ""
+    at = text.find("\n## Held-out")
+    return text[at:] if at >= 0 else ""
 
 
 def main(argv: list[str] | None = None) -> int:
