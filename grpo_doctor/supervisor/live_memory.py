@@ -23,9 +23,11 @@ Typical use:
 """
 from __future__ import annotations
 
+import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -44,6 +46,10 @@ from grpo_doctor.checks.memory_trend import (
 from grpo_doctor.schema import End, Error, Header, Memory, Step
 
 MEMORY_SOURCE = "memory"  # the sentinels' source of these findings
+# Judging one series costs about 8-15 ms (a robust fit of 205 points): a shared run directory's 256 ranks
+# would take seconds of watch's loop a step, which its hang checks need. So a poll judges for this long,
+# and the rest waits a poll or a few: memory grows over minutes.
+JUDGE_BUDGET_S = 0.05
 MAX_OPEN_STEPS = 16  # steps of a host's ranks waiting for the host's last rank (its RSS together)
 HINTS = {
     "allocated": "Tensors stay referenced from step to step (losses, logits or rollouts kept without .detach() / "
@@ -102,6 +108,7 @@ class LiveMemory:
         self._pid_rank: dict[int, int] = {}  # a rank's process, as the sampler found it
         self._recorded: dict[str, set] = {"gpu": set(), "host": set()}  # hosts whose ranks record that memory
         self._found: dict[tuple, dict[str, Any]] = {}  # key -> finding, as last judged
+        self._turn = 0  # where the next budgeted round of judging starts (standing)
         self.last_step: int | None = None
 
     # -- the ranks' records ---------------------------------------------------------------------------
@@ -217,23 +224,41 @@ class LiveMemory:
 
     # -- the verdict ------------------------------------------------------------------------------------
 
-    def standing(self) -> dict[tuple, dict[str, Any]]:
+    def standing(self, budget_s: float | None = JUDGE_BUDGET_S) -> dict[tuple, dict[str, Any]]:
         """The findings the report would make of the points so far: {key: finding}; each series that got a
-        point since the last call judged again, the others as they were."""
-        for rank, series in self._gpu.items():
+        point since it was last judged is judged again, the others stand as they were. At most `budget_s`
+        of judging a call (None: all that is due, at the job's end); what is left waits for the next call,
+        taken up where this one stopped, so that no series waits for ever behind others."""
+        start = time.perf_counter()
+        due = self._due()
+        if due:
+            turn = self._turn % len(due)
+            for n, (key, judge, series) in enumerate(due[turn:] + due[:turn]):
+                if budget_s is not None and n and time.perf_counter() - start > budget_s:
+                    self._turn = turn + n
+                    break
+                self._set(key, judge())
+                for s in series:
+                    s.fresh = False
+        return {("memory-growth", MEMORY_SOURCE, *key): f for key, f in self._found.items()}
+
+    def _due(self) -> list[tuple[tuple, Callable[[], dict[str, Any] | None], list[_Series]]]:
+        """(key, its judgement, the series it reads) for every key with a series that got a point."""
+        due: list[tuple[tuple, Callable[[], dict[str, Any] | None], list[_Series]]] = []
+        for rank, series in sorted(self._gpu.items()):
             if series.fresh:
-                self._set(("gpu", rank), self._gpu_finding(rank, series))
-        for host in {*self._rss, *(self.hosts.get(r) for r in self._vms)}:
-            mine = [self._rss.get(host)] + [s for r, s in self._vms.items() if self.hosts.get(r) == host]
-            if any(s is not None and s.fresh for s in mine):
-                self._set(("host", host), self._host_finding(host))
-        for key, series in self._sampled.items():
+                due.append((("gpu", rank), partial(self._gpu_finding, rank, series), [series]))
+        for host in sorted({*self._rss, *(self.hosts.get(r) for r in self._vms)}, key=str):
+            mine = [s for s in [self._rss.get(host)] + [s for r, s in self._vms.items() if self.hosts.get(r) == host]
+                    if s is not None]
+            if any(s.fresh for s in mine):
+                due.append((("host", host), partial(self._host_finding, host), mine))
+        for key, series in sorted(self._sampled.items(), key=lambda kv: str(kv[0])):
             if series.fresh:  # the report reads samples only for a host whose ranks recorded none
                 covered = self.host in self._recorded[key[0]]
-                self._set(("samples", *key), None if covered else self._sampled_finding(key, series))
-        for series in (*self._gpu.values(), *self._vms.values(), *self._rss.values(), *self._sampled.values()):
-            series.fresh = False
-        return {("memory-growth", MEMORY_SOURCE, *key): f for key, f in self._found.items()}
+                judge = (lambda: None) if covered else partial(self._sampled_finding, key, series)
+                due.append((("samples", *key), judge, [series]))
+        return due
 
     def _set(self, key: tuple, finding: dict[str, Any] | None) -> None:
         if finding is None:

@@ -39,7 +39,7 @@ from grpo_doctor.checks.memory_trend import MemoryGrowthConfig
 from grpo_doctor.schema.live_findings import live_findings_json
 from grpo_doctor.schema.safe_write import write_file
 from grpo_doctor.supervisor.alert_payload import finding_from_seed_collision
-from grpo_doctor.supervisor.live_memory import MEMORY_SOURCE, LiveMemory
+from grpo_doctor.supervisor.live_memory import JUDGE_BUDGET_S, MEMORY_SOURCE, LiveMemory
 from grpo_doctor.supervisor.live_rules import LiveConfigs, SourceRules
 from grpo_doctor.supervisor.seeds import SeedCheck
 from grpo_doctor.supervisor.step_feed import EVENT_LOG_SOURCE, LoggedStep, StepFeed
@@ -88,15 +88,16 @@ class Sentinels:
         records = list(records)
         lines = self._judge(self.feed.records(records) + self.feed.finish())
         self.memory.add_records(records)
-        lines += self._judge_memory(self.memory.finish())
+        lines += self._judge_memory(self.memory.finish(), final=True)
         self._save()
         return lines
 
-    def _judge_memory(self, fresh: bool) -> list[str]:
-        """memory-growth (live_memory.py), judged again when a memory series got a point."""
+    def _judge_memory(self, fresh: bool, final: bool = False) -> list[str]:
+        """memory-growth (live_memory.py), judged again when a memory series got a point: within a time
+        budget while the job runs, all of it at the end."""
         if not fresh:
             return []
-        lines = self._compare(MEMORY_SOURCE, self.memory.last_step, self.memory.standing())
+        lines = self._compare(MEMORY_SOURCE, self.memory.last_step, self.memory.standing(None if final else JUDGE_BUDGET_S))
         if lines or any(k[1] == MEMORY_SOURCE for k in self.standing):
             self._save()  # said, cleared, or the projection moved
         return lines

@@ -178,3 +178,32 @@ def test_memory_stays_bounded_over_a_long_run(tmp_path):
     cfg = memory_growth.Config()
     assert all(len(series.points) <= cfg.warmup_points + cfg.window_points
                for group in (s.memory._vms, s.memory._rss) for series in group.values())
+
+
+def test_judging_many_growing_series_keeps_to_its_budget_a_call_and_reaches_every_series(tmp_path):
+    """A shared run directory's many ranks, each with a point every step: one call judges for about its
+    budget, and the next takes up where it stopped, so that every rank's growth is said, none starved by
+    the ranks before it getting new points."""
+    from grpo_doctor.supervisor.live_memory import LiveMemory
+
+    memory, ranks, gib = LiveMemory(HOST), range(48), 2**30
+
+    def step_of_points(step):
+        memory.add_records(Memory(rank=r, pid=1000 + r, host=f"node-{r // 8}", t=100.0 + 10 * step,
+                                  mono=100.0 + 10 * step, step=step, tag="step", host_rss_bytes=None,
+                                  total_bytes=80 * gib, free_bytes=int(60 * gib - step * 0.5 * gib - r),
+                                  allocated_bytes=int(10 * gib), reserved_bytes=int(18 * gib + step * 0.5 * gib))
+                           for r in ranks)
+
+    for step in range(30):
+        step_of_points(step)
+    said, rounds = set(), 0
+    while said != set(ranks) and rounds < 60:
+        step_of_points(30 + rounds)
+        before = len(memory._due())
+        found = memory.standing(budget_s=0.02)
+        assert len(memory._due()) < before, "a call judged nothing"
+        assert rounds or memory._due(), "the first call took no notice of its budget"
+        said |= {key[-1] for key in found if key[-2] == "gpu"}
+        rounds += 1
+    assert said == set(ranks), f"after {rounds} calls, never judged: {sorted(set(ranks) - said)}"
