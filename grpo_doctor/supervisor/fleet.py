@@ -12,7 +12,8 @@ The protocol (docs/clusters.md, "One verdict for all nodes"):
    nodes that did not, and publishes the verdict (`decide`, kind "verdict"); every watch prints the
    same verdict, writes it as its own hang-N.json and, when the verdict says so, ends its own node's
    process tree. Only the decider sends the alert.
-A watch that hears no other node falls back to judging its own node alone (watch.py says so).
+A watch that hears no other node falls back to judging its own node alone (watch.py says so). When the
+store's host dies, its heir hosts a new one and the others follow (fleet_takeover.py; one line each).
 
 All channel I/O (fleet_channel.py) runs on this module's thread, each call bounded by a timeout; watch's
 main loop only hands over what to publish and reads the latest `view()`, so neither the job nor watch
@@ -48,6 +49,7 @@ from grpo_doctor.supervisor.fleet_channel import (
     StoreChannel,
     torch_importable,
 )
+from grpo_doctor.supervisor.fleet_takeover import address_toward, move_to_heir, pick_heir
 
 CHANNELS = ("auto", "dir", "store", "off")  # --fleet
 STORE_RETRY_S = 5.0  # between attempts to reach a store that is not up (yet)
@@ -116,6 +118,9 @@ class Fleet:
         self._beat_sent_mono = float("-inf")
         self.finishing = False
         self.num_errors = 0
+        self._store: _Retrying | None = None
+        self.store_host = 0  # the node whose watch hosts the store this watch uses (its heir after it dies)
+        self._addr: str | None = None  # this watch's address toward the store, found on the thread
 
     # -- the main loop's side: no I/O ----------------------------------------------------------
 
@@ -204,18 +209,28 @@ class Fleet:
         return bool(self.dir_channel.hosts_seen())
 
     def host_done(self) -> bool:
-        """Whether node 0's watch, which hosts the store, said it was done (the job ended there)."""
-        beat = self.board.beats.get(0)
+        """Whether the store's host said it was done (the job ended there)."""
+        beat = self.board.beats.get(self.store_host)
         return bool(beat is not None and beat.done)
 
     def store_lost_line(self, where: str, exc: BaseException) -> str:
-        """The one line a watch says when the store goes: what it falls back to. No watch hosts a new store
-        (docs/clusters.md, "When node 0's watch dies")."""
+        """The one line a watch says when the store goes: what it falls back to (docs/clusters.md, "When node
+        0's watch dies")."""
         shared = self.dir_channel is not None and self.dir_channel.readable and self.dir_channel.hosts_seen()
-        then = ("the watches still meet through the shared run directory" if shared else
-                "until it answers again each watch judges hangs on its own node alone, as without a fleet")
-        return (f"fleet: lost the TCPStore at {where} ({exc}): node 0's watch, which hosts it, is gone or cut off "
-                f"and no other watch takes it over; {then} (trying it again every {STORE_RETRY_S:.0f} s)")
+        beat = self.board.beats.get(self.store_host)
+        heir = beat.heir if beat is not None else None
+        if shared:
+            then = "the watches still meet through the shared run directory"
+        elif heir is not None and heir[0] == self.settings.node:
+            then = (f"this watch, its heir, hosts a new one once node {self.store_host} has been silent for "
+                    f"{self.settings.stale_s:.0f} s; until then each watch judges hangs on its own node alone")
+        elif heir is not None:
+            then = (f"node {heir[0]}'s watch, its heir, hosts a new one once node {self.store_host} has been silent "
+                    f"for {self.settings.stale_s:.0f} s; until then each watch judges hangs on its own node alone")
+        else:
+            then = "no heir was named: until it answers again each watch judges hangs on its own node alone"
+        return (f"fleet: lost the TCPStore at {where} ({exc}): node {self.store_host}'s watch, which hosts it, is "
+                f"gone or cut off; {then}")
 
     # -- the thread's side ---------------------------------------------------------------------
 
@@ -236,7 +251,8 @@ class Fleet:
                                    "through a shared run directory")
             else:
                 self.store_channel = StoreChannel(*s.store, host_it=s.node == 0, timeout_s=s.timeout_s)
-                channels.append(_Retrying(self.store_channel, self))
+                self._store = _Retrying(self.store_channel, self)
+                channels.append(self._store)
         return Channels(channels)
 
     def _run(self) -> None:
@@ -259,6 +275,8 @@ class Fleet:
             outbox, self._outbox = self._outbox, {}
         for kind, data in outbox.items():  # before the beat that announces them
             self._publish(kind, data)
+        if self._store is not None:
+            self._store_beat(now)
         with self._lock:
             urgent = _urgent(self._beat)
         if urgent != self._beat_sent or now - self._beat_sent_mono >= self.settings.beat_s:
@@ -270,6 +288,8 @@ class Fleet:
             if beat is not None and beat.t >= self.start_t - 300:
                 beats[node] = beat
         self.board.update(beats, now)
+        if self._store is not None:
+            self._follow_store(now)
         decider = self.board.decider(now)
         with self._lock:
             my_look = self._beat.look
@@ -294,6 +314,38 @@ class Fleet:
                          verdict=self._verdict, channel=self.channel.name if self.channel else "")
         with self._lock:
             self._view = view
+
+    def _store_beat(self, now: float) -> None:
+        """This watch's address toward the store in its beat; as the store's host, its heir too."""
+        if self._addr is None:
+            self._addr = address_toward(self._store.inner.addr, self._store.inner.port) or ""
+        heir = None
+        if self.store_host == self.settings.node:
+            addrs = {n: b.addr for n, b in self.board.beats.items() if b.addr}
+            heir = pick_heir(self.board, now, self.settings.node, addrs)
+        with self._lock:
+            self._beat = replace(self._beat, addr=self._addr or None, heir=heir)
+
+    def _follow_store(self, now: float) -> None:
+        """The store failed and its host fell silent: move to the heir its host named (fleet_takeover.py)."""
+        # Only a store this watch used, lost while the job runs: not one it never reached (a firewall, the
+        # directory serves then), nor one whose host ended with its job.
+        if self._store.up or not self._store.ever_up or self.finishing or self.host_done():
+            return
+        moved = move_to_heir(self.store_host, self.board, now, self.settings.node)
+        if moved is None:
+            return
+        old, (node, addr) = self.store_host, moved
+        why = self.board.silent(now).get(old, "silent")
+        self.store_host = node
+        self._store.retarget(addr, host_it=node == self.settings.node)
+        where = self._store.inner.where
+        if node == self.settings.node:
+            self._say(f"heir-{node}", f"fleet: node {old}'s watch, which hosted the TCPStore, is silent ({why}): "
+                                      f"this watch, its heir, hosts it now at {where}; the others reconnect here")
+        else:
+            self._say(f"heir-{node}", f"fleet: node {old}'s watch, which hosted the TCPStore, is silent ({why}): "
+                                      f"reconnecting to its heir, node {node}'s watch, which hosts it now at {where}")
 
     def _publish_beat(self) -> None:
         with self._lock:
@@ -362,6 +414,14 @@ class _Retrying(Channel):
     def close(self) -> None:
         self.inner.close()
 
+    def retarget(self, addr: str, *, host_it: bool) -> None:
+        """To the heir's store (fleet_takeover.py): hosted here, or connected to; what was not sent goes there."""
+        old = self.inner
+        self.inner = StoreChannel(addr, old.port, host_it=host_it, timeout_s=old.timeout_s)
+        self.fleet.store_channel = self.inner
+        self.up = False
+        self._failed_mono = float("-inf")
+
     def _guard(self, op):
         if not self.up:
             self._open_later()
@@ -372,7 +432,7 @@ class _Retrying(Channel):
             self.up = False
             self._failed_mono = time.monotonic()
             if not self.fleet.finishing and not self.fleet.host_done():  # a job's end: node 0 may go first
-                self.fleet._say("store-lost", self.fleet.store_lost_line(self.inner.where, exc))
+                self.fleet._say(f"store-lost-{self.inner.where}", self.fleet.store_lost_line(self.inner.where, exc))
             raise
 
     def _open_later(self) -> None:
@@ -383,15 +443,17 @@ class _Retrying(Channel):
         self._opener.start()
 
     def _open(self) -> None:
+        inner = self.inner  # a retarget meanwhile leaves this one behind
         try:
-            self.inner.open()
+            inner.open()
         except OSError as exc:
             self._failed_mono = time.monotonic()
-            if self.inner.host_it:
-                self.fleet._say("store-host", f"fleet: cannot host the {self.name} at {self.inner.where} ({exc}); "
+            if inner.host_it:
+                self.fleet._say("store-host", f"fleet: cannot host the {self.name} at {inner.where} ({exc}); "
                                               "the watches meet only through a shared run directory")
             return
-        self.up = self.ever_up = True
+        if inner is self.inner:
+            self.up = self.ever_up = True
 
 
 def _urgent(beat: NodeBeat) -> tuple:

@@ -6,7 +6,10 @@ A beat (`NodeBeat`, about 170 bytes plus 45 per rank) says where this node's ran
 rank stalled: this node suspects a hang) or "idle" (no rank running: not started yet, or ended);
 `ranks` holds each local rank's step, open phase, seconds since progress and pid. The deciding watch
 also puts in it the look it asks every node for (`look`) and its latest verdict's id (`verdict`);
-every node says which look it answered (`answered`) and which verdict it applied (`seen`). A node taking
+every node says which look it answered (`answered`) and which verdict it applied (`seen`). Each beat carries
+the watch's address toward the store (`addr`); the store's host names its heir (`heir`: the live node with
+the lowest id after its own, and that node's address), who hosts a new store when it dies
+(fleet_takeover.py). A node taking
 fail-slow stack rounds names them (`survey`: "FIRST_SLOT:ROUNDS:INTERVAL", supervisor/fail_slow.py), so the
 other nodes take theirs at the same moments.
 
@@ -49,12 +52,15 @@ class NodeBeat:
     done: bool = False  # this node's job ended and its summary is written
     on_hang: str = "report"
     survey: str | None = None  # fail-slow stack rounds this node takes (fail_slow.FailSlow.token)
+    addr: str | None = None  # this watch's address toward the store: where it would host the next one
+    heir: tuple[int, str] | None = None  # the store's host: the node (and its addr) to host it after it
 
     def to_message(self) -> dict[str, Any]:
         out = {"node": self.node, "host": self.host, "seq": self.seq, "t": round(self.t, 3), "state": self.state,
                "ranks": {str(r): list(v) for r, v in sorted(self.ranks.items())}, "on_hang": self.on_hang}
         optional = {"stall": self.stall, "idle_s": self.idle_s, "look": self.look, "answered": self.answered,
-                    "verdict": self.verdict, "seen": self.seen, "survey": self.survey}
+                    "verdict": self.verdict, "seen": self.seen, "survey": self.survey, "addr": self.addr,
+                    "heir": list(self.heir) if self.heir else None}
         return out | {k: v for k, v in optional.items() if v is not None} | ({"done": True} if self.done else {})
 
     def to_bytes(self) -> bytes:
@@ -71,7 +77,8 @@ class NodeBeat:
                        look=_opt_str(message.get("look")), answered=_opt_str(message.get("answered")),
                        verdict=_opt_str(message.get("verdict")), seen=_opt_str(message.get("seen")),
                        done=message.get("done") is True, on_hang=str(message.get("on_hang") or "report"),
-                       survey=_opt_str(message.get("survey")))
+                       survey=_opt_str(message.get("survey")), addr=_opt_str(message.get("addr")),
+                       heir=_heir(message.get("heir")))
         except (KeyError, TypeError, ValueError, AttributeError):
             return None
         return beat if beat.state in STATES else None
@@ -79,6 +86,12 @@ class NodeBeat:
 
 def _opt_str(value: Any) -> str | None:
     return value if isinstance(value, str) else None
+
+
+def _heir(value: Any) -> tuple[int, str] | None:
+    if isinstance(value, list) and len(value) == 2 and type(value[0]) is int and isinstance(value[1], str):
+        return value[0], value[1]
+    return None
 
 
 def _opt_num(value: Any) -> float | None:
