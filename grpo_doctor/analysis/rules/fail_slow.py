@@ -83,9 +83,9 @@ class Config:
 def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
     said: dict[tuple, Finding] = {}
     for episode in episodes(run.slow_surveys):
-        sampled = [(s.host, r) for s in episode.surveys for r in s.rounds if r.links is not None]
-        links = (slow_link_hosts((host, r.links) for host, r in sampled)
-                 if len({r.slot for _, r in sampled}) >= cfg.min_link_rounds else LinkVerdict())
+        sampled = [(s.host, r.slot, r.links) for s in episode.surveys for r in s.rounds if r.links is not None]
+        links = (slow_link_hosts((host, rtts) for host, _, rtts in sampled)
+                 if len({slot for _, slot, _ in sampled}) >= cfg.min_link_rounds else LinkVerdict())
         judged = len(episode.rounds) >= cfg.min_rounds
         if judged:
             result = vote(list(episode.rounds), episode.host_of, majority=cfg.majority, standout=cfg.standout)
