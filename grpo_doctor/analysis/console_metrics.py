@@ -47,7 +47,8 @@ def read_console_metrics(path: Path, max_bytes: int | None = None) -> list[Metri
     reader, text_reader = MetricLineReader(), MetricTextReader()
     for chunk in iter_chunks(path, max_bytes):
         reader.feed_chunk(chunk)
-        text_reader.feed_chunk(chunk)
+        if not reader.rows:  # once a framework reader has read steps, the general reader's would be left out
+            text_reader.feed_chunk(chunk)
     reader.flush()
     logs = []
     for framework, entries in reader.rows.items():

@@ -14,7 +14,9 @@ input reached (`not_checked`):
   rollouts  rollout records or training metrics (rank step records, framework metric logs)
   network   probe results, or rank headers from more than one host to compare
 
-A raw log in which nothing at all was recognised is named in one warning line.
+A raw log in which no failure, record or step metric was recognised but lines grpo-doctor knows were (NCCL's
+INFO lines, warnings, progress bars, launchers' start-up lines: logs/known_lines.py) says "known lines: ...";
+one in which nothing at all was recognised is named in one warning line.
 
 Typical use:
     inputs, not_checked = describe_coverage(evidence)
@@ -28,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_doctor.analysis.load import Evidence
+from grpo_doctor.logs.known_lines import KnownLines
 from grpo_doctor.schema import RunPaths
 from grpo_doctor.schema.safe_read import open_regular
 
@@ -141,8 +144,12 @@ def _describe_path(ev: Evidence, path: Path) -> InputSummary:
         areas.add("network")
     lines_read = unmatched = None
     if not path.is_dir() and not dumps and not ranks:
-        lines_read = _count_lines(path)
+        known = KnownLines()
+        lines_read = _count_lines(path, known if not recognised else None)
         unmatched = None if lines_read is None else max(0, lines_read - sig_lines - metric_rows)
+        if known.families:  # nothing failing and no step metric, but lines grpo-doctor knows: read, not unknown
+            recognised.append(known.describe())
+            areas |= {"crashes", "memory"}  # read through: a crash or OOM message in it would have been found
     return InputSummary(path=str(path), recognised=tuple(recognised), lines_read=lines_read, rows_used=rows,
                         unmatched_lines=unmatched, areas=tuple(a for a in AREAS if a in areas))
 
@@ -153,15 +160,18 @@ def _has_steps(ev: Evidence, ranks: set[int]) -> bool:
     return bool(ev.steps["rank"].isin(list(ranks)).any())
 
 
-def _count_lines(path: Path) -> int | None:
-    """Text lines in a regular file (a last line without a newline counts), read in bounded chunks;
-    None for a file that cannot be read (or is no regular file: a FIFO must not be opened)."""
+def _count_lines(path: Path, known: KnownLines | None = None) -> int | None:
+    """Text lines in a regular file (a last line without a newline counts), read in bounded chunks, and the
+    known lines among them into `known` (logs/known_lines.py); None for a file that cannot be read (or is no
+    regular file: a FIFO must not be opened)."""
     count, last = 0, b"\n"
     try:
         with open_regular(path) as f:  # UnreadableFile (an OSError) for a FIFO: never opened
             while chunk := f.read(_COUNT_CHUNK_BYTES):
                 count += chunk.count(b"\n")
                 last = chunk[-1:]
+                if known is not None:
+                    known.add(chunk)
     except OSError:
         return None
     return count + (last != b"\n")

@@ -51,6 +51,6 @@ def test_a_nan_in_any_format_is_nan_loss(name, before, after, tmp_path):
     assert finding["id"] == "nan-loss" and finding["evidence"]["source"] == "text"
 
 
-def test_wandb_sparklines_alone_are_not_read_as_steps(tmp_path):
+def test_wandb_sparklines_alone_are_known_lines_not_steps(tmp_path):
     data = _report(DATA / "wandb_run_history_trl.log", tmp_path)
-    assert data["findings"] == [] and data["inputs"][0]["recognised"] == []
+    assert data["findings"] == [] and data["inputs"][0]["recognised"] == ["known lines: W&B output x15"]
