@@ -15,8 +15,9 @@ from typing import Any
 from grpo_doctor.plan.commands import job_from_command, recognised
 from grpo_doctor.plan.commands.common import Hardware
 from grpo_doctor.plan.make import plan_job
-from grpo_doctor.plan.render import gib, plan_dict
+from grpo_doctor.plan.render import plan_dict
 from grpo_doctor.schema.errors import DoctorError
+from grpo_doctor.schema.human_text import format_bytes
 
 
 def plan_for_oom(memory_plans: dict[str, dict], command: tuple[str, ...], total_bytes: int | None,
@@ -51,6 +52,6 @@ def _quote(data: dict, source: str) -> dict[str, Any]:
 def plan_hint(quote: dict[str, Any]) -> str:
     text = f"The memory plan for this command ({quote['source']}): {quote['verdict']}."
     if quote.get("fix"):
-        text += (f" Cheapest change that fits: {quote['fix']} (frees {gib(quote['fix_frees_bytes'] or 0)}; "
+        text += (f" Cheapest change that fits: {quote['fix']} (frees {format_bytes(quote['fix_frees_bytes'] or 0)}; "
                  f"speed cost: {quote['fix_speed_cost']}). `grpo-doctor plan -- COMMAND` shows every GPU and phase.")
     return text

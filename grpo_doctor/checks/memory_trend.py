@@ -35,6 +35,8 @@ from typing import Any
 
 import numpy as np
 
+from grpo_doctor.schema.human_text import format_bytes
+
 ID = "memory-growth"
 GIB = 2**30
 MIB = 2**20
@@ -284,13 +286,6 @@ def projection_text(ev: dict[str, Any], capacity_name: str) -> str:
         when = (f"in about {format_duration(ev['time_left_s'])}" if ev["time_left_s"] >= 1 else "within a second")
         text += ("," if ev.get("projected_step") is not None else "") + f" {when}"
     return text
-
-
-def format_bytes(num: float) -> str:
-    """GiB with two decimals below 10 GiB (one above), MiB below 100 MiB."""
-    if abs(num) >= 100 * MIB:
-        return f"{num / GIB:.2f} GiB" if abs(num) < 10 * GIB else f"{num / GIB:.1f} GiB"
-    return f"{num / MIB:.0f} MiB" if abs(num) >= 10 * MIB else f"{num / MIB:.1f} MiB"
 
 
 def format_duration(seconds: float) -> str:

@@ -10,12 +10,9 @@ from grpo_doctor.plan.estimate import PHASES, GpuPlan, Plan
 from grpo_doctor.plan.fixes import Fix
 from grpo_doctor.plan.job import GIB
 from grpo_doctor.plan.trainer_memory import host_bytes_per_node
+from grpo_doctor.schema.human_text import format_bytes
 
 JSON_VERSION = 1
-
-
-def gib(num_bytes: float) -> str:
-    return f"{num_bytes / GIB:.2f} GiB"
 
 
 def gpu_label(gpus: tuple[int, ...]) -> str:
@@ -34,34 +31,34 @@ def verdict_line(plan: Plan) -> str:
     if plan.problems:
         return "DOES NOT START: " + plan.problems[0]
     if worst.free_bytes >= 0:
-        return (f"FITS: the fullest GPU, {where}, peaks at {gib(worst.peak_bytes)} of {gib(worst.capacity_bytes)} "
-                f"during {worst.peak_phase} ({gib(worst.free_bytes)} to spare)")
-    return (f"DOES NOT FIT: {where} needs {gib(worst.peak_bytes)} of {gib(worst.capacity_bytes)} during "
-            f"{worst.peak_phase}: {gib(-worst.free_bytes)} short")
+        return (f"FITS: the fullest GPU, {where}, peaks at {format_bytes(worst.peak_bytes)} of {format_bytes(worst.capacity_bytes)} "
+                f"during {worst.peak_phase} ({format_bytes(worst.free_bytes)} to spare)")
+    return (f"DOES NOT FIT: {where} needs {format_bytes(worst.peak_bytes)} of {format_bytes(worst.capacity_bytes)} during "
+            f"{worst.peak_phase}: {format_bytes(-worst.free_bytes)} short")
 
 
 def format_plan(plan: Plan, fixes: list[Fix]) -> str:
     job, shape = plan.job, plan.shape
     lines = [f"grpo-doctor plan: {job.framework}, {shape.name} ({shape.total_params / 1e9:.2f}B parameters), "
-             f"{job.nodes} node(s) x {job.gpus_per_node} GPUs of {gib(job.gpu_memory_bytes)}, "
+             f"{job.nodes} node(s) x {job.gpus_per_node} GPUs of {format_bytes(job.gpu_memory_bytes)}, "
              f"{job.world_size} training rank(s)", ""]
     for gpu in plan.gpus:
         lines += _gpu_table(gpu)
         lines.append("")
     lines.append(verdict_line(plan))
     if plan.engine is not None:
-        lines.append(f"vLLM KV cache: {gib(max(0, plan.engine.kv_cache_bytes))} per GPU = {plan.engine.kv_tokens:,} tokens "
+        lines.append(f"vLLM KV cache: {format_bytes(max(0, plan.engine.kv_cache_bytes))} per GPU = {plan.engine.kv_tokens:,} tokens "
                      f"(max_model_len {job.max_model_len:,})")
     host = host_bytes_per_node(shape, job)
     if host:
-        lines.append(f"host memory for offloaded states: {gib(host)} per node (DeepSpeed's own estimate adds 1.5x "
+        lines.append(f"host memory for offloaded states: {format_bytes(host)} per node (DeepSpeed's own estimate adds 1.5x "
                      "for pinned buffers)")
     useful = [f for f in fixes if f.frees_bytes > 0 or f.fits]
     if useful and not plan.fits:
         lines += ["", "cheapest changes first (what each frees on the fullest GPU; speed cost):"]
         for fix in useful[:8]:
             mark = "fits" if fix.fits else "not enough alone"
-            lines.append(f"  {fix.flag}\n      frees {gib(fix.frees_bytes)} -> {mark}; cost: {fix.cost}; {fix.why}")
+            lines.append(f"  {fix.flag}\n      frees {format_bytes(fix.frees_bytes)} -> {mark}; cost: {fix.cost}; {fix.why}")
     if job.assumptions:
         lines += ["", "assumed (say otherwise with the framework's flag):"]
         lines += [f"  - {text}" for text in job.assumptions]

@@ -9,14 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from grpo_doctor.probe.results import Problem
-
-
-def human_bytes(num_bytes: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if num_bytes < 1024 or unit == "GiB":
-            return f"{num_bytes:.0f} {unit}" if unit == "B" else f"{num_bytes:.1f} {unit}"
-        num_bytes /= 1024
-    return f"{num_bytes:.1f} GiB"
+from grpo_doctor.schema.human_text import format_bytes
 
 
 def check_line(checks: dict[int, list[dict[str, Any]]]) -> str:
@@ -36,7 +29,7 @@ def sweep_lines(rows: list[dict[str, Any]]) -> list[str]:
         return []
     lines = [f"  {'collective':<15}{'size':>11}{'time us':>12}{'algbw GB/s':>12}{'busbw GB/s':>12}"]
     for row in rows:
-        lines.append(f"  {row['op']:<15}{human_bytes(row['size_bytes']):>11}{row['time_us']:>12.1f}"
+        lines.append(f"  {row['op']:<15}{format_bytes(row['size_bytes']):>11}{row['time_us']:>12.1f}"
                      f"{row['algbw_gbps']:>12.3f}{row['busbw_gbps']:>12.3f}")
     return lines
 

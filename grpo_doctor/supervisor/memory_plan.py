@@ -16,8 +16,9 @@ from grpo_doctor.plan.commands import job_from_command, recognised
 from grpo_doctor.plan.commands.common import Hardware
 from grpo_doctor.plan.local_gpus import local_gpus
 from grpo_doctor.plan.make import plan_job
-from grpo_doctor.plan.render import gib, plan_dict, verdict_line
+from grpo_doctor.plan.render import plan_dict, verdict_line
 from grpo_doctor.schema.errors import DoctorError
+from grpo_doctor.schema.human_text import format_bytes
 
 
 def plan_at_start(command: list[str], env: dict[str, str],
@@ -42,11 +43,11 @@ def plan_at_start(command: list[str], env: dict[str, str],
     data = plan_dict(result.plan, result.fixes)
     if result.plan.fits:
         worst = result.plan.worst
-        return [f"memory plan: fits ({gib(worst.peak_bytes)} peak of {gib(worst.capacity_bytes)} per GPU)"], data
+        return [f"memory plan: fits ({format_bytes(worst.peak_bytes)} peak of {format_bytes(worst.capacity_bytes)} per GPU)"], data
     lines = [f"WARNING memory plan: {verdict_line(result.plan)}"]
     fix = result.cheapest_fit
     if fix is not None:
-        lines.append(f"  cheapest change that fits: {fix.flag} (frees {gib(fix.frees_bytes)}; speed cost: {fix.cost})")
+        lines.append(f"  cheapest change that fits: {fix.flag} (frees {format_bytes(fix.frees_bytes)}; speed cost: {fix.cost})")
     lines.append("  the job starts anyway; `grpo-doctor plan -- COMMAND` shows the whole table")
     return lines, data
 

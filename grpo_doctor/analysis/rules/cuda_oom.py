@@ -21,6 +21,7 @@ from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.analysis.oom_plan import plan_for_oom, plan_hint
 from grpo_doctor.logs.kinds import CUDA_OOM
 from grpo_doctor.logs.signatures import scan_text
+from grpo_doctor.schema.human_text import format_bytes
 
 ID = "cuda-oom"
 
@@ -67,7 +68,7 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
             hints = (plan_hint(plan), *hints)
         gpu = fields.get("gpu")
         size = fields.get("requested_bytes")
-        what = f"failed to allocate {_gib(size)}" if size else "ran out of memory"
+        what = f"failed to allocate {format_bytes(size)}" if size else "ran out of memory"
         who = f"rank {rank}" if rank is not None else "a process"
         host = run.host_of(rank)
         yield Finding(
@@ -118,7 +119,3 @@ def _hints(fields: dict[str, Any], others: int | None, cfg: Config) -> tuple[str
         hints.append(HINT_NOT_CAPACITY)
     hints.append(HINT_GENERIC)
     return tuple(hints)
-
-
-def _gib(num_bytes: int) -> str:
-    return f"{num_bytes / 2**30:.2f} GiB" if num_bytes >= 2**30 else f"{num_bytes / 2**20:.1f} MiB"

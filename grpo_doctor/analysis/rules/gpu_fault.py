@@ -44,6 +44,7 @@ from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.logs.gpu_faults import HARDWARE_CAUSES, XIDS, normalize_bus_id
 from grpo_doctor.logs.kinds import CHILD_FAILED, CUDA_FAULT, GPU_FAULT
+from grpo_doctor.schema.human_text import short_host
 from grpo_doctor.schema.ranks import format_ranks
 
 ID = "gpu-fault"
@@ -282,7 +283,8 @@ def _ranks_of_pid(run: Evidence) -> dict[int, list[tuple[int, str | None]]]:
 
 
 def _same_host(a: str | None, b: str | None) -> bool:
-    return a is None or b is None or a.split(".")[0] == b.split(".")[0]
+    # short_host: "gpu-a67" is "gpu-a67.cluster", but 10.0.0.1 is not 10.0.0.2 (cut at a dot, both were "10")
+    return a is None or b is None or short_host(a) == short_host(b)
 
 
 # --- the finding

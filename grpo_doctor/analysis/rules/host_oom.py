@@ -29,6 +29,7 @@ from grpo_doctor.analysis import remedies
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.logs.kinds import CHILD_FAILED, HOST_OOM, PYTHON_TRACEBACK
+from grpo_doctor.schema.human_text import format_bytes, short_host
 
 ID = "host-oom"
 
@@ -140,13 +141,13 @@ def _title(f: dict[str, Any], rank: int | None) -> str:
     who = f"rank {rank} (pid {f.get('pid')}, {name})" if rank is not None else f"pid {f.get('pid')} ({name})"
     if f.get("source") == "ray":
         node = f" on node {f['node_ip']}" if f.get("node_ip") else ""
-        used = (f": node memory {_gib(f['used_bytes'])} of {_gib(f['total_bytes'])}, over the {f['threshold']:g} "
+        used = (f": node memory {format_bytes(f['used_bytes'])} of {format_bytes(f['total_bytes'])}, over the {f['threshold']:g} "
                 f"threshold" if f.get("used_bytes") and f.get("total_bytes") and f.get("threshold") is not None else "")
         if f.get("pid") is None:
             return f"host OOM: Ray's memory monitor killed a worker{node}{used}"
         return f"host OOM: Ray's memory monitor killed {who}{node}{used}"
     killer = "a memory cgroup limit" if f.get("cgroup") else "the kernel's OOM killer"
-    rss = f" holding {_gib(f['anon_rss_bytes'])} of host memory" if f.get("anon_rss_bytes") else ""
+    rss = f" holding {format_bytes(f['anon_rss_bytes'])} of host memory" if f.get("anon_rss_bytes") else ""
     return f"host OOM: {killer} killed {who}{rss}"
 
 
@@ -185,16 +186,8 @@ def _link(ranks_of_pid: dict[int, list[tuple[int, str | None]]], pid: int | None
     if pid is None:
         return None, None
     fits = {(rank, rank_host) for rank, rank_host in ranks_of_pid.get(pid, [])
-            if host is None or rank_host is None or _short(rank_host) == _short(host)}
+            if host is None or rank_host is None or short_host(rank_host) == short_host(host)}
     if len({rank for rank, _ in fits}) != 1:
         return None, None
     rank_hosts = sorted({h for _, h in fits if h})
     return next(iter(fits))[0], rank_hosts[0] if rank_hosts else None
-
-
-def _short(host: str) -> str:
-    return host.split(".")[0] if not host[:1].isdigit() else host
-
-
-def _gib(num_bytes: int) -> str:
-    return f"{num_bytes / 2**30:.1f} GiB"

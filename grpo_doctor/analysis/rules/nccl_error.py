@@ -42,6 +42,7 @@ from grpo_doctor.logs.kinds import (
     NCCL_WATCHDOG_STUCK,
 )
 from grpo_doctor.logs.nccl import FOLLOW_UPS
+from grpo_doctor.schema.human_text import short_host
 from grpo_doctor.schema.ranks import format_ranks
 
 ID = "nccl-error"
@@ -139,7 +140,7 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
             host = row["host"] or (f.get("host") if row["kind"] == NCCL_WARN else None)
             rank = row["rank"]
             if rank is None and row["kind"] == NCCL_WARN:
-                rank = rank_of_pid.get((_short(host), f.get("pid")))
+                rank = rank_of_pid.get((short_host(host), f.get("pid")))
             if rank is not None:
                 ranks.add(rank)
                 host = host or run.host_of(rank)
@@ -233,14 +234,9 @@ def _rank_of_pid(run: Evidence) -> dict[tuple[str | None, int], int]:
     found: dict[tuple[str | None, int], int] = {}
     for rank, log in (run.run.ranks if run.run else {}).items():
         for header in log.headers:
-            found[(_short(header.host), header.pid)] = rank
+            found[(short_host(header.host), header.pid)] = rank
     for row in run.signature_rows:
         f = row["fields"]
         if row["kind"] == CHILD_FAILED and f.get("pid") is not None and f.get("rank") is not None:
-            found[(_short(f.get("host") or row["host"]), f["pid"])] = f["rank"]
+            found[(short_host(f.get("host") or row["host"]), f["pid"])] = f["rank"]
     return found
-
-
-def _short(host: str | None) -> str | None:
-    # NCCL prints the host name cut at its first dot; headers may carry the full name.
-    return host.split(".")[0] if host and not host[:1].isdigit() else host
