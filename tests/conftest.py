@@ -1,9 +1,12 @@
 """GPU tests are skipped where CUDA is not available; a test that leaves watch's internal-error log
-behind fails, so that a guard further in cannot hide an error the test's own guard should have met."""
+behind fails, so that a guard further in cannot hide an error the test's own guard should have met;
+the slow tests get the `slow` marker here (slow_tests.py), so that `pytest -m "not slow"` is the
+quick tier of docs/testing.md."""
 from __future__ import annotations
 
 import pytest
 from helpers import has_cuda
+from slow_tests import SLOW_FIXTURES, SLOW_MARKERS, SLOW_TESTS
 
 WATCH_ERRORS = "watch-errors.log"
 
@@ -13,12 +16,26 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
+    mark_slow(items)
     if has_cuda():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def mark_slow(items) -> None:
+    """`slow` on what the quick tier (`pytest -m "not slow"`, README "Tests") leaves out: every test
+    marked distributed, browser or gpu, every test using a fixture that starts a real run, and the
+    tests of slow_tests.SLOW_TESTS (over about a second each on the 2-core machine, from --durations)."""
+    for item in items:
+        if "slow" in item.keywords:
+            continue
+        name = item.nodeid.split("[")[0]
+        if (SLOW_MARKERS & item.keywords.keys() or SLOW_FIXTURES & set(getattr(item, "fixturenames", ()))
+                or name in SLOW_TESTS or name.split("::")[0] in SLOW_TESTS):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(autouse=True)

@@ -1,0 +1,134 @@
+"""What the quick tier (`pytest -m "not slow"`, docs/testing.md) leaves out: tests/conftest.py marks
+these `slow`.
+
+- every test marked distributed (torchrun), browser (Chromium) or gpu;
+- every test using a fixture that starts a real run or builds a big one (SLOW_FIXTURES);
+- the tests below: each took 2 s or more (setup, call and teardown; every parameter together) in
+  `pytest --durations=0`, a directory at a time, on the 2-core machine while others worked on it
+  (about 1 s and more on an idle one). An entry naming a file marks all its tests.
+
+A test that grows slow belongs here (or in a file of its own marked `pytestmark = pytest.mark.slow`);
+docs/testing.md says how to find them.
+"""
+from __future__ import annotations
+
+SLOW_MARKERS = frozenset({"distributed", "browser", "gpu"})
+# launch_trainer: the reference trainer under torchrun; big_run: 40 ranks x 1,200 steps written
+# (tests/runlog/test_window.py); watched_oom: `grpo-doctor watch` around a job (tests/plan).
+SLOW_FIXTURES = frozenset({"launch_trainer", "big_run", "watched_oom"})
+SLOW_TESTS = frozenset({
+    "tests/analysis/test_bounded_memory.py::test_report_on_a_signature_dense_log_fits_in_two_gigabytes",  # 5 s
+    "tests/analysis/test_coverage.py::test_a_healthy_run_directory_reaches_crashes_hangs_and_rollouts",  # 17 s
+    "tests/analysis/test_coverage.py::test_an_empty_file_says_it_was_empty_and_that_nothing_was_checked",  # 8 s
+    "tests/analysis/test_coverage.py::test_an_unrecognised_file_beside_a_recognised_log_is_named_and_the_verdict_stands",  # 32 s
+    "tests/analysis/test_coverage.py::test_random_text_is_named_as_unrecognised_with_its_line_count",  # 10 s
+    "tests/analysis/test_degenerate_rollouts_healthy.py::test_the_reference_trainer_healthy_over_three_seeds_gives_none_of_them",  # 99 s
+    "tests/analysis/test_degenerate_rollouts_healthy.py::test_the_reference_trainer_with_a_constant_reward_is_dead_from_the_start",  # 43 s
+    "tests/analysis/test_degenerate_rollouts_healthy.py::test_the_reference_trainer_with_one_seed_per_node_gets_seed_collision_on_exactly_that_nodes_ranks",  # 42 s
+    "tests/analysis/test_hint_flags.py::test_every_ms_swift_flag_a_hint_names_is_an_argument_of_swift_rlhf_with_the_quoted_default",  # 29 s
+    "tests/analysis/test_hint_flags.py::test_every_trl_flag_a_hint_names_is_a_field_of_the_installed_grpo_config_with_the_quoted_default",  # 2 s
+    "tests/analysis/test_inject_verdicts.py::test_demo_desync_names_the_rank_that_called_the_extra_collective_and_both_call_sites",  # 54 s
+    "tests/analysis/test_inject_verdicts.py::test_demo_faults_that_already_worked_still_lead",  # 41 s
+    "tests/analysis/test_inject_verdicts.py::test_demo_hang_names_the_stuck_rank_its_phase_and_step",  # 55 s
+    "tests/analysis/test_inject_verdicts.py::test_demo_host_oom_is_a_host_oom_on_the_rank_with_its_remedies",  # 32 s
+    "tests/analysis/test_inject_verdicts.py::test_demo_slow_rank_is_a_straggler_in_rollout",  # 33 s
+    "tests/analysis/test_inject_verdicts.py::test_watch_crash_names_the_crashed_rank",  # 62 s
+    "tests/analysis/test_inject_verdicts.py::test_watch_desync_names_the_rank_that_called_the_extra_collective",  # 34 s
+    "tests/analysis/test_load.py::test_a_report_on_damaged_lines_is_written_with_a_warning",  # 5 s
+    "tests/analysis/test_public_corpus.py::test_public_corpus_is_diagnosed_right_at_least_95_percent",  # 4 s
+    "tests/analysis/test_report_cli.py::test_injected_crash_under_torchrun_is_reported_as_rank_crash_on_rank_1",  # 30 s
+    "tests/analysis/test_rule_collective_mismatch.py::test_dumps_written_live_by_torchrun_gloo_name_the_skipping_rank",  # 15 s
+    "tests/analysis/test_rule_gpu_fault.py::test_report_of_a_watched_run_leads_with_the_xid_79_of_the_dead_ranks_gpu",  # 2 s
+    "tests/analysis/test_rule_memory_growth.py::test_a_healthy_trainer_run_has_no_memory_growth_and_records_its_capacities",  # 26 s
+    "tests/analysis/test_rule_memory_growth.py::test_the_leak_run_to_its_address_space_limit_is_projected_within_20_percent_of_where_it_stopped",  # 55 s
+    "tests/analysis/test_rule_settings.py::test_a_toml_file_sets_thresholds_and_set_wins_over_it",  # 17 s
+    "tests/analysis/test_rule_settings.py::test_raising_a_threshold_with_set_removes_the_finding_and_lowering_it_brings_it_back",  # 10 s
+    "tests/analysis/test_rule_straggler.py::test_the_reference_trainer_on_two_fake_hosts_one_slow_names_that_host",  # 39 s
+    "tests/analysis/test_rule_straggler.py::test_the_reference_trainer_with_a_slow_rank_gets_that_rank_named_in_rollout",  # 31 s
+    "tests/analysis/test_rules_registry.py::test_every_evidence_key_a_rule_emits_is_documented_in_its_module_and_in_docs",  # 3 s
+    "tests/cli/test_bad_input.py::test_a_billion_rank_world_size_is_one_warning_not_all_the_memory",  # 6 s
+    "tests/cli/test_bad_input.py::test_a_device_or_fifo_given_as_the_path_is_one_line",  # 24 s
+    "tests/cli/test_bad_input.py::test_a_fifo_log_in_an_uninstrumented_directory_is_skipped_without_blocking",  # 5 s
+    "tests/cli/test_bad_input.py::test_a_fifo_named_like_a_rank_file_is_skipped_without_blocking",  # 7 s
+    "tests/cli/test_bad_input.py::test_an_impossible_master_port_is_refused_in_one_line",  # 6 s
+    "tests/cli/test_bad_input.py::test_an_unreadable_ranks_directory_is_named_and_left_not_checked",  # 5 s
+    "tests/cli/test_bad_input.py::test_ranks_that_is_a_file_is_a_warning_and_nothing_is_claimed_checked",  # 3 s
+    "tests/cli/test_bad_input.py::test_unreadable_logs_and_watch_files_are_named_in_warnings",  # 5 s
+    "tests/cli/test_bad_input.py::test_wrong_shaped_watch_files_are_one_warning",  # 15 s
+    "tests/cli/test_bad_paths.py::test_a_findings_json_of_a_gigabyte_costs_no_gigabyte",  # 2 s
+    "tests/cli/test_bad_paths.py::test_an_out_directory_nobody_can_write_is_one_line",  # 9 s
+    "tests/cli/test_bad_paths.py::test_html_onto_an_immutable_file_is_one_line",  # 2 s
+    "tests/cli/test_bad_paths.py::test_plan_deepspeed_config_that_is_a_device_or_fifo_is_one_line",  # 3 s
+    "tests/cli/test_bad_paths.py::test_plan_model_config_that_is_a_device_or_fifo_is_one_line",  # 4 s
+    "tests/cli/test_bad_paths.py::test_plan_refuses_an_impossible_count_in_one_line",  # 4 s
+    "tests/cli/test_bad_paths.py::test_plan_set_refuses_an_impossible_size_in_one_line",  # 9 s
+    "tests/cli/test_bad_paths.py::test_report_html_onto_a_fifo_nobody_reads_is_one_line",  # 2 s
+    "tests/cli/test_bad_paths.py::test_report_html_through_a_symlink_writes_the_target_and_keeps_the_link",  # 2 s
+    "tests/cli/test_bad_paths.py::test_report_rules_config_that_is_a_device_or_fifo_is_one_line",  # 5 s
+    "tests/cli/test_bad_paths.py::test_watch_and_probe_files_that_are_devices_or_fifos_are_one_warning_each",  # 4 s
+    "tests/cli/test_cli.py::test_summary_names_the_crashed_rank_its_phase_and_fails",  # 8 s
+    "tests/cli/test_cli.py::test_summary_of_a_path_that_is_not_a_run_is_one_line_and_a_hint",  # 3 s
+    "tests/cli/test_cli.py::test_version_and_help_with_examples",  # 5 s
+    "tests/cli/test_cli_habits.py::test_an_error_of_any_part_is_one_line_and_a_hint_with_status_2",  # 6 s
+    "tests/cli/test_cli_habits.py::test_debug_is_accepted_after_the_command_too",  # 7 s
+    "tests/cli/test_cli_habits.py::test_every_option_of_every_command_has_help_that_shows_its_default",  # 3 s
+    "tests/cli/test_cli_habits.py::test_report_never_overwrites_a_findings_json_it_was_not_told_to_write",  # 6 s
+    "tests/cli/test_cli_habits.py::test_report_out_given_a_page_name_still_works_and_says_what_it_means",  # 2 s
+    "tests/cli/test_cli_habits.py::test_report_out_is_the_directory_for_both_files",  # 11 s
+    "tests/cli/test_cli_habits.py::test_watch_flags_in_seconds_reject_a_negative_value_in_one_line",  # 5 s
+    "tests/cli/test_cli_habits.py::test_watch_says_its_exit_status_last",  # 8 s
+    "tests/cli/test_demo.py::test_demo_by_default_catches_the_hung_rank_under_watch_and_points_at_the_report",  # 74 s
+    "tests/cli/test_demo.py::test_demo_refuses_inject_with_a_scenario_in_one_line",  # 5 s
+    "tests/cli/test_demo.py::test_demo_with_an_injected_crash_fails_and_names_the_rank",  # 53 s
+    "tests/cli/test_summary_states.py::test_summary_of_a_hang_watch_ended_names_the_rank_the_others_waited_for",  # 8 s
+    "tests/cli/test_summary_states.py::test_summary_of_a_job_still_running_under_watch_says_running_and_exits_0",  # 17 s
+    "tests/cli/test_summary_states.py::test_summary_of_a_run_killed_outright_still_says_no_end_record_and_fails",  # 4 s
+    "tests/cli/test_type_matrix.py::test_every_field_of_every_record_kind_given_a_json_type_gives_a_verdict",  # 146 s
+    "tests/cli/test_type_matrix.py::test_fuzzed_rank_lines_and_watch_files_give_a_verdict",  # 248 s
+    "tests/cli/test_watch_args.py::test_a_notify_url_that_cannot_be_posted_to_is_refused_before_the_job_starts",  # 5 s
+    "tests/cli/test_watch_args.py::test_a_run_directory_through_a_symlink_loop_is_one_line_before_the_job_starts",  # 2 s
+    "tests/cli/test_watch_args.py::test_a_time_or_factor_that_is_not_a_finite_number_is_refused_before_the_job_starts",  # 14 s
+    "tests/cli/test_watch_args.py::test_an_alert_that_fails_at_send_time_is_one_line_never_a_thread_traceback",  # 7 s
+    "tests/logs/test_chunked_scan.py::test_chunks_ending_anywhere_near_a_hit_find_exactly_what_line_by_line_feeding_finds",  # 3 s
+    "tests/logs/test_flight_recorder_bounds.py::test_a_billion_laughs_ranks_list_is_refused_in_one_error",  # 3 s
+    "tests/logs/test_flight_recorder_bounds.py::test_a_dump_nested_past_any_real_layout_is_refused",  # 4 s
+    "tests/logs/test_flight_recorder_bounds.py::test_billion_laughs_inside_entries_is_refused",  # 3 s
+    "tests/logs/test_keyword_engines.py::test_a_raw_log_gives_the_same_signatures_and_findings_with_either_engine",  # 22 s
+    "tests/logs/test_keyword_engines.py::test_logs_work_with_the_stdlib_alone_when_hyperscan_cannot_be_imported",  # 3 s
+    "tests/logs/test_scan_file.py::test_a_200_mb_log_is_scanned_in_bounded_memory",  # 7 s
+    "tests/plan/test_known_models.py::test_each_model_plans_offline_through_the_installed_command",  # 26 s
+    "tests/plan/test_measure.py::test_checkpointing_keeps_fewer_activations",  # 5 s
+    "tests/plan/test_measure.py::test_logits_peak_holds_at_least_the_fp32_log_softmax",  # 8 s
+    "tests/plan/test_measured_peaks.py::test_planned_activations_and_logits_come_within_20_percent_of_the_measured_peaks",  # 267 s
+    "tests/plan/test_model_states.py::test_parameter_counts_from_config_json_match_the_built_model",  # 7 s
+    "tests/plan/test_plan_cli.py::test_the_installed_command_runs_the_plan",  # 4 s
+    "tests/plan/test_plan_in_watch_and_report.py::test_a_damaged_plan_json_never_costs_the_oom_finding_and_markup_stays_text",  # 65 s
+    "tests/plan/test_plan_in_watch_and_report.py::test_the_reports_own_plan_uses_the_launch_variables_watch_recorded",  # 20 s
+    "tests/plan/test_plan_in_watch_and_report.py::test_watch_warns_before_the_job_starts_and_the_job_still_runs",  # 9 s
+    "tests/plan/test_plan_in_watch_and_report.py::test_without_watchs_plan_the_report_plans_run_jsons_command_with_the_ooms_gpu_size",  # 10 s
+    "tests/report/test_culprit_stack_report.py::test_a_stack_deeper_than_the_evidence_keeps_is_shown_whole",  # 13 s
+    "tests/report/test_culprit_stack_report.py::test_a_trl_reward_hang_shows_the_culprits_whole_stack_right_under_the_verdict",  # 8 s
+    "tests/report/test_culprit_stack_report.py::test_metric_panels_with_too_few_steps_for_a_trend_are_folded",  # 3 s
+    "tests/report/test_culprit_stack_report.py::test_run_text_in_the_culprits_frames_stays_escaped",  # 15 s
+    "tests/report/test_figures_hidpi.py::test_figures_are_2x_palette_pngs_declared_2x_to_the_browser",  # 3 s
+    "tests/report/test_incident_report.py::test_findings_without_a_role_render_as_before",  # 3 s
+    "tests/report/test_incident_report.py::test_hostile_text_in_titles_frames_and_summaries_stays_escaped",  # 3 s
+    "tests/report/test_incident_report.py::test_no_findings_says_what_was_read_and_what_was_not_checked",  # 2 s
+    "tests/report/test_incident_report.py::test_root_cause_leads_the_page_and_its_consequences_are_folded_under_it",  # 3 s
+    "tests/report/test_report_browser.py::test_an_incident_opens_with_its_root_cause_and_its_consequences_folded",  # 8 s
+    "tests/report/test_report_browser.py::test_report_loads_in_chromium_without_console_errors_and_shows_the_findings",  # 6 s
+    "tests/report/test_report_browser.py::test_the_culprits_stack_is_on_the_first_screen_at_1280_px",  # 13 s
+    "tests/report/test_report_html.py::test_log_excerpt_shows_the_lines_around_the_signature",  # 5 s
+    "tests/report/test_report_html.py::test_report_html_escapes_every_string_from_the_run",  # 3 s
+    "tests/report/test_report_html.py::test_report_is_self_contained_with_findings_first",  # 3 s
+    "tests/report/test_rollout_report.py::test_sample_completions_and_prompts_are_escaped",  # 8 s
+    "tests/report/test_rollout_report.py::test_the_heatmap_appears_only_where_ranks_shared_prompts",  # 18 s
+    "tests/report/test_run_data_inert.py::test_bidi_overrides_from_the_run_never_reach_the_html_raw",  # 5 s
+    "tests/report/test_run_data_inert.py::test_escape_sequences_in_phase_host_and_exception_are_printed_as_text_by_report",  # 4 s
+    "tests/runlog/test_bounded_read.py::test_report_answers_in_seconds_on_sparse_rank_files",  # 6 s
+    "tests/runlog/test_bounded_read.py::test_summary_answers_in_seconds_on_sparse_rank_files",  # 4 s
+    "tests/runlog/test_window.py::test_a_header_with_no_newline_before_it_ends_the_search",  # 4 s
+    "tests/runlog/test_window.py::test_latest_steps_are_read_exactly_as_a_full_read_gives_them",  # 14 s
+    "tests/runlog/test_window.py::test_report_says_it_read_by_window_and_full_read_reads_every_line",  # 52 s
+    "tests/runlog/test_window.py::test_windowed_report_finds_what_the_full_read_finds",  # 8 s
+})
