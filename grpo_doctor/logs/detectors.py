@@ -99,7 +99,13 @@ def _compile_is_hot(groups: dict[str, list[str]]):
     return eval(compile(f"lambda t: bool({tests})", "<is_hot>", "eval"))  # built from the constants above
 
 
-_IS_HOT = _compile_is_hot(_anchor_groups(KEYWORDS))
+def _without_superstrings(keywords: tuple[str, ...]) -> tuple[str, ...]:
+    """The keywords that hold no other keyword: a line holding "PEER_DEAD" holds "DEAD", so testing the shorter
+    one alone answers for both ("exitcode" and "exits with return code" hold "xit")."""
+    return tuple(k for k in keywords if not any(o != k and o in k for o in keywords))
+
+
+_IS_HOT = _compile_is_hot(_anchor_groups(_without_superstrings(KEYWORDS)))
 _NCCL_PARSERS = ((NCCL_TIMEOUT, nccl.parse_watchdog_timeout), (NCCL_WATCHDOG_STATUS, nccl.parse_watchdog_status),
                  (NCCL_WATCHDOG_STUCK, nccl.parse_watchdog_stuck), (NCCL_ERROR, nccl.parse_nccl_error),
                  (NCCL_WARN, nccl.parse_nccl_warn), (NCCL_ERROR, nccl.parse_nccl_failure))

@@ -30,6 +30,7 @@ _EQUALS = re.compile(r"(?<![\w./@-])(" + _NAME + r")\s*=\s*(" + NUMBER + r")(?![
 _COLON = re.compile(r"(?<![\w./@-])(" + _NAMES + r")\s*:\s*(" + NUMBER + r")(?=\.?(?:$|[\s,;|}\])]))")
 _SPACED = re.compile(r"(?:^|(?<=, )|(?<=: ))(" + _NAMES + r") (" + NUMBER + r")(?= ?[A-Za-z%/]{0,6}\s*(?:,|$))")
 _LONE = re.compile(r"^(" + _NAMES + r")(?:\s*[:=]\s*|\s+)(" + NUMBER + r")\s*$")
+_COLON_VALUE = re.compile(r":\s*(?:[-+]?[\d.]|nan|NaN|NAN|inf|Inf|INF)")
 _CELL_SPLIT = re.compile(r"\s*[|│┃║]\s*|\t|\s{2,}")
 _BULLET = re.compile(r"^[\s•·*▶►>~-]*(?:[^\x00-\x7f]\S*\s+)?")  # bullets, and an emoji before a label
 _FLOAT = re.compile(r"^(?:" + NUMBER + r")$")
@@ -56,9 +57,11 @@ def line_pairs(text: str) -> list[tuple[str, float]]:
     best: list[tuple[str, float]] = []
     if "'" in text or '"' in text:
         best = [(k, v) for k, v in dict_pairs(text).items() if isinstance(v, float)]
-    for pattern in (_EQUALS, _COLON, _SPACED):
-        if len(best) > 1 and pattern is _SPACED:
-            break
+    for pattern, sign in ((_EQUALS, "="), (_COLON, ":"), (_SPACED, ", ")):
+        # cheap tests first: the patterns' many-word names cost tens of microseconds on a long line
+        if sign not in text or (len(best) > 1 and pattern is _SPACED) or (
+                pattern is _COLON and _COLON_VALUE.search(text) is None):
+            continue
         found = [(name, value) for name, raw in pattern.findall(text) if (value := number(raw)) is not None]
         if len(found) > len(best):
             best = found
@@ -68,7 +71,7 @@ def line_pairs(text: str) -> list[tuple[str, float]]:
 def lone_pair(text: str) -> tuple[str, float] | None:
     """The one name and number a line holds alone (a bulleted summary, a key-value table's row, a W&B
     summary line), or None."""
-    parts = [c for c in _CELL_SPLIT.split(text.strip()) if c]
+    parts = cells(text)
     if len(parts) == 2 and (value := number(parts[1])) is not None and _is_name(parts[0].rstrip(":= ")):
         return _BULLET.sub("", parts[0]).rstrip(":= "), value
     m = _LONE.match(_BULLET.sub("", text.strip()))
@@ -80,7 +83,13 @@ def lone_pair(text: str) -> tuple[str, float] | None:
 
 def cells(text: str) -> list[str]:
     """A table row's cells: split at |, box-drawing bars, tabs and runs of two spaces or more."""
-    return [c for c in _CELL_SPLIT.split(text.strip()) if c]
+    text = text.strip()
+    if "  " not in text and not any(bar in text for bar in _BARS):
+        return [text] if text else []
+    return [c for c in _CELL_SPLIT.split(text) if c]
+
+
+_BARS = ("|", "│", "┃", "║", "\t")
 
 
 def is_number(text: str) -> bool:

@@ -23,6 +23,7 @@ Typical use:
 """
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 
@@ -204,6 +205,7 @@ class MetricTextReader:
         self.records.append(Record(syntax, step, metrics))
 
 
+@functools.lru_cache(maxsize=4096)  # the same names every step
 def _mapped(name: str) -> str | None:
     """`metric_name` of the name, or of its shorter endings ("done Avg Reward" -> "Avg Reward")."""
     if is_evaluation(name):

@@ -24,6 +24,7 @@ Typical use:
 """
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 
@@ -56,11 +57,13 @@ _STEP_WORDS = {("global", "step"): "global_step", ("step",): "step", ("iteration
                ("iter",): "iter", ("epoch",): "epoch", ("it",): "iter"}
 
 
-def words(name: str) -> list[str]:
+@functools.lru_cache(maxsize=4096)  # a log prints the same names every step
+def words(name: str) -> tuple[str, ...]:
     """`name` as lower-case words: "Total rewards mean" and "totalRewardsMean" both give total/rewards/mean."""
-    return [w.lower() for w in _WORD.findall(name)]
+    return tuple(w.lower() for w in _WORD.findall(name))
 
 
+@functools.lru_cache(maxsize=4096)  # a log prints the same names every step
 def step_name(name: str) -> str | None:
     """"global_step", "step", "iteration", "iter" or "epoch" for a name that counts steps (`train/global_step`,
     `Iteration`, `_step`), else None."""
@@ -68,11 +71,13 @@ def step_name(name: str) -> str | None:
     return _STEP_WORDS.get(tuple(found))
 
 
+@functools.lru_cache(maxsize=4096)  # a log prints the same names every step
 def is_evaluation(name: str) -> bool:
     """Whether `name` is an evaluation's metric (eval/, val_, Test ...)."""
     return bool(_EVALUATION.intersection(words(name)))
 
 
+@functools.lru_cache(maxsize=4096)  # a log prints the same names every step
 def metric_name(name: str) -> str | None:
     """The name to log `name` under: itself where the vocabulary knows it, else the canonical name its words
     make, a per-function reward std as `rewards/<function>/std`; None for anything else."""
@@ -88,7 +93,7 @@ def metric_name(name: str) -> str | None:
     return _by_words(found)
 
 
-def _by_words(found: list[str]) -> str | None:
+def _by_words(found: tuple[str, ...]) -> str | None:
     head = set(found)
     rest = head - _MODES
     if head & _REWARD:
@@ -109,7 +114,7 @@ def _by_words(found: list[str]) -> str | None:
     return None
 
 
-def _reward(found: list[str], other: set[str]) -> str | None:
+def _reward(found: tuple[str, ...], other: set[str]) -> str | None:
     """A reward's mean or std: the whole reward's, or one reward function's (its own words name it)."""
     std = bool(other & _STD)
     other -= _STD | _GROUP | {"min", "max", "sum"}
@@ -134,6 +139,11 @@ _CANONICAL_OF = {key: canonical for canonical, keys in ALIASES.items() for key i
 
 def rollout_names_allowed(names: Iterable[str]) -> bool:
     """Whether a record's names show LLM rollouts and no episodes (module docstring)."""
+    return _allowed(tuple(names))
+
+
+@functools.lru_cache(maxsize=1024)
+def _allowed(names: tuple[str, ...]) -> bool:
     every = {w for name in names for w in words(name)}
     return bool(every & _TEXT_SIGNS) or (bool(every & _ROLLOUT_SIGNS) and not every & _EPISODE_SIGNS)
 

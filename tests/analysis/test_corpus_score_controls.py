@@ -8,7 +8,7 @@ from pathlib import Path
 
 from corpus_score import judge, score_corpus, table
 
-METRIC_FORMATS = Path(__file__).resolve().parents[1] / "data" / "logs" / "metric_formats"
+METRIC_FORMATS = Path(__file__).resolve().parents[1] / "data" / "metric_formats"
 
 
 def _case(root: Path, name: str, text_from: Path | None, text: str = "") -> None:

@@ -1,7 +1,7 @@
 """Read means read (issue 26 part 3): a healthy GRPO log in a metric format no framework reader knows is
 recognised (findings.json `inputs[].recognised` non-empty) and raises nothing; classic RL (stable-baselines
 tables, policy-gradient blocks, A3C lines) raises nothing either; a NaN in any of the formats is `nan-loss`.
-The logs are real (tests/data/logs/metric_formats/SOURCES.md)."""
+The logs are real (tests/data/metric_formats/SOURCES.md)."""
 from __future__ import annotations
 
 import json
@@ -11,7 +11,7 @@ import pytest
 
 from grpo_doctor.report.build import build_report
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "logs" / "metric_formats"
+DATA = Path(__file__).resolve().parents[1] / "data" / "metric_formats"
 GRPO_FORMATS = {"mlx_lm_iter_lines.log": "metric-lines", "nemo_rl_training_results.log": "metric-block",
                 "cosmos_rl_key_value.log": "metric-lines", "trl_custom_metric_blocks.log": "metric-block"}
 CLASSIC_RL = ("sb3_ppo_tables.log", "deeprm_pg_blocks.log", "grounding_a3c_lines.log")

@@ -1,5 +1,5 @@
 """The general metric reader (logs/metric_text.py) and the name rules (schema/metric_name_rules.py) on real
-lines of formats no framework reader knows (tests/data/logs/metric_formats/, sources in its SOURCES.md), and
+lines of formats no framework reader knows (tests/data/metric_formats/, sources in its SOURCES.md), and
 each syntax of name/number pairs the issue names."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from grpo_doctor.logs.metric_text import MetricTextReader
 from grpo_doctor.schema.metric_name_rules import metric_name, rollout_names_allowed, step_name
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "logs" / "metric_formats"
+DATA = Path(__file__).resolve().parents[1] / "data" / "metric_formats"
 
 
 def _records(text: str | bytes):
