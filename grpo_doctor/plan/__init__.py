@@ -7,6 +7,7 @@ them together. Stdlib only (yaml for YAML configs, NVML through host/), so watch
 and report can run a plan too. docs/plan.md: the model and its limits.
 
 Typical use:
-    result = plan_command("swift rlhf --rlhf_type grpo --model Qwen/Qwen2.5-7B", Hardware(8, 1, 80 * GIB))
+    job = job_from_command(["swift", "rlhf", "--rlhf_type", "grpo", "--model", "Qwen/Qwen2.5-7B"], Hardware(8, 1, 80 * GIB))
+    result = plan_job(job)
     result.plan.fits, result.plan.worst.peak_bytes, result.cheapest_fit.flag
 """

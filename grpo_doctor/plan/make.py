@@ -1,7 +1,7 @@
 """One call from a launch command (or a Job) to a plan with its ranked fixes.
 
 Typical use:
-    result = plan_command(["swift", "rlhf", ...], Hardware(8, 1, 80 * GIB), model_config=None)
+    result = plan_job(job_from_command(["swift", "rlhf", ...], Hardware(8, 1, 80 * GIB)), model_config=None)
     result.plan.fits, result.fixes[0].flag
 """
 from __future__ import annotations
@@ -9,8 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from grpo_doctor.plan.commands import job_from_command
-from grpo_doctor.plan.commands.common import Hardware
 from grpo_doctor.plan.estimate import Plan, estimate
 from grpo_doctor.plan.fixes import Fix, rank_fixes
 from grpo_doctor.plan.job import Job
@@ -35,8 +33,3 @@ def plan_job(job: Job, model_config: str | Path | None = None) -> PlanResult:
                          "Hugging Face cache or --model-config wins)")
     plan = estimate(job, shape)
     return PlanResult(plan, rank_fixes(plan))
-
-
-def plan_command(argv: list[str] | tuple[str, ...], hw: Hardware, model_config: str | Path | None = None,
-                 env: dict[str, str] | None = None, base_dir: Path | None = None) -> PlanResult:
-    return plan_job(job_from_command(argv, hw, env, base_dir), model_config)

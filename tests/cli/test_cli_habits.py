@@ -110,14 +110,12 @@ def test_every_user_facing_error_is_a_doctor_error():
     from grpo_doctor.cli.errors import UserError
     from grpo_doctor.logs.flight_recorder import FlightDumpError
     from grpo_doctor.probe.settings import SettingsError
-    from grpo_doctor.report.browser import BrowserError
     from grpo_doctor.runlog.eventlog import RunDirError
     from grpo_doctor.schema.errors import DoctorError
     from grpo_doctor.supervisor.launch import LaunchError
     from grpo_doctor.supervisor.run_files import RunDirBusy
 
-    for cls in (RuleSettingsError, UserError, FlightDumpError, SettingsError, BrowserError, RunDirError,
-                LaunchError, RunDirBusy):
+    for cls in (RuleSettingsError, UserError, FlightDumpError, SettingsError, RunDirError, LaunchError, RunDirBusy):
         assert issubclass(cls, DoctorError), cls
     assert LaunchError.exit_status == 127 and SettingsError("x").hint  # a class-wide hint
 

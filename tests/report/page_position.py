@@ -15,7 +15,7 @@ import json
 import re
 from pathlib import Path
 
-from grpo_doctor.report.browser import _run
+from browser import _run
 
 CSP = re.compile(r'<meta http-equiv="Content-Security-Policy"[^>]*>')
 PROBE = """<script>

@@ -1,8 +1,8 @@
 import pytest
+from browser import load_page, screenshot
 from hostile import write_hostile_run
 
 from grpo_doctor.cli.main import main
-from grpo_doctor.report.browser import load_page, screenshot
 
 pytestmark = pytest.mark.browser
 

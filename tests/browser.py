@@ -1,7 +1,7 @@
 """Opening a report in headless Chromium: its DOM and console messages, or a PNG screenshot.
 
-Used by the test suite (the page must load without console errors and show its findings) and by
-the gallery script (a screenshot per example report). Chromium prints every console message to
+Used by the test suite only (the page must load without console errors and show its findings; a
+screenshot of it), so it lives under tests/ and is not shipped. Chromium prints every console message to
 stderr as `...:CONSOLE:N] "message", source: ...` with `--enable-logging=stderr`; that is how a
 script that ran, a CSP violation or a failed load is seen. Every call has a timeout.
 
