@@ -13,8 +13,9 @@ The report's rule (analysis/rules/memory_growth.py) made incremental, with its t
   used memory and the ranks' RSS, the largest of each `sample_interval_s` being one point.
 
 Each series keeps its last `warmup_points + window_points` points, exactly what the report's window
-takes of the whole run, so the answer is the report's for the run so far. A series is judged once per
-round of watch's loop in which it got a point, never more: bounded work whatever the run's length.
+takes of the whole run, so the answer is the report's for the run so far. A series is judged when it got
+a point since it was last judged, at most once a round of watch's loop, and a round judges for at most
+`JUDGE_BUDGET_S` (the rest go first next round): bounded work whatever the run's length or its ranks.
 
 Typical use:
     memory = LiveMemory("node-0")
@@ -108,7 +109,7 @@ class LiveMemory:
         self._pid_rank: dict[int, int] = {}  # a rank's process, as the sampler found it
         self._recorded: dict[str, set] = {"gpu": set(), "host": set()}  # hosts whose ranks record that memory
         self._found: dict[tuple, dict[str, Any]] = {}  # key -> finding, as last judged
-        self._turn = 0  # where the next budgeted round of judging starts (standing)
+        self._last_judged: tuple = ()  # the order of the key judged last: a budgeted round goes on after it
         self.last_step: int | None = None
 
     # -- the ranks' records ---------------------------------------------------------------------------
@@ -230,14 +231,15 @@ class LiveMemory:
         of judging a call (None: all that is due, at the job's end); what is left waits for the next call,
         taken up where this one stopped, so that no series waits for ever behind others."""
         start = time.perf_counter()
-        due = self._due()
+        due = self._due()  # in one order every call: gpu series by rank, then hosts, then samples
         if due:
-            turn = self._turn % len(due)
+            # Start after the key judged last: the ones it skipped come first, however many became fresh since.
+            turn = next((i for i, (key, _, _) in enumerate(due) if _order(key) > self._last_judged), 0)
             for n, (key, judge, series) in enumerate(due[turn:] + due[:turn]):
                 if budget_s is not None and n and time.perf_counter() - start > budget_s:
-                    self._turn = turn + n
                     break
                 self._set(key, judge())
+                self._last_judged = _order(key)
                 for s in series:
                     s.fresh = False
         return {("memory-growth", MEMORY_SOURCE, *key): f for key, f in self._found.items()}
@@ -258,7 +260,7 @@ class LiveMemory:
                 covered = self.host in self._recorded[key[0]]
                 judge = (lambda: None) if covered else partial(self._sampled_finding, key, series)
                 due.append((("samples", *key), judge, [series]))
-        return due
+        return sorted(due, key=lambda d: _order(d[0]))
 
     def _set(self, key: tuple, finding: dict[str, Any] | None) -> None:
         if finding is None:
@@ -385,6 +387,12 @@ def _finding(severity: str, title: str, ranks: tuple[int, ...], host: str | None
 def _smallest(headers: dict[int, Header], ranks: list[int], attr: str) -> int | None:
     values = [v for r in ranks if (v := getattr(headers.get(r), attr, None))]
     return min(values) if values else None
+
+
+def _order(key: tuple) -> tuple:
+    """A key's place in the order `_due` lists them (gpu series by rank, hosts, samples)."""
+    group = ("gpu", "host", "samples").index(key[0])
+    return (group, key[1]) if group == 0 else (group, str(key[1:]))
 
 
 def _urgency(candidate: tuple) -> tuple:

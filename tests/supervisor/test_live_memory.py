@@ -207,3 +207,26 @@ def test_judging_many_growing_series_keeps_to_its_budget_a_call_and_reaches_ever
         said |= {key[-1] for key in found if key[-2] == "gpu"}
         rounds += 1
     assert said == set(ranks), f"after {rounds} calls, never judged: {sorted(set(ranks) - said)}"
+
+
+def test_a_budgeted_round_goes_on_after_the_key_judged_last_so_every_rank_waits_its_fair_turn(monkeypatch):
+    """256 ranks, each fresh every call, 5 judged a call (a clock that ticks a second a look): every rank is
+    judged within the 52 calls a fair turn takes (it was up to 7x that, skipping past the unjudged)."""
+    from grpo_doctor.supervisor import live_memory
+    from grpo_doctor.supervisor.live_memory import LiveMemory
+
+    memory, gib, first = LiveMemory(HOST), 2**30, {}
+    step_of = lambda step: memory.add_records(  # noqa: E731
+        Memory(rank=r, pid=1000 + r, host=HOST, t=100.0 + 10 * step, mono=100.0 + 10 * step, step=step, tag="step",
+               host_rss_bytes=None, total_bytes=80 * gib, free_bytes=int(60 * gib - step * 0.5 * gib - r),
+               allocated_bytes=10 * gib, reserved_bytes=int(18 * gib + step * 0.5 * gib)) for r in range(256))
+    for step in range(30):
+        step_of(step)
+    calls = 0
+    while len(first) < 256 and calls < 400:
+        step_of(30 + calls)
+        monkeypatch.setattr(live_memory.time, "perf_counter", iter(range(10**6)).__next__)
+        for key in memory.standing(budget_s=4.5):
+            first.setdefault(key, calls)
+        calls += 1
+    assert len(first) == 256 and calls <= 52, calls
