@@ -106,6 +106,44 @@ SLOW_TESTS = frozenset({
     "tests/plan/test_plan_in_watch_and_report.py::test_the_reports_own_plan_uses_the_launch_variables_watch_recorded",  # 20 s
     "tests/plan/test_plan_in_watch_and_report.py::test_watch_warns_before_the_job_starts_and_the_job_still_runs",  # 9 s
     "tests/plan/test_plan_in_watch_and_report.py::test_without_watchs_plan_the_report_plans_run_jsons_command_with_the_ooms_gpu_size",  # 10 s
+    "tests/probe/test_netns_harness.py::test_throttled_node_is_slower_to_and_from_than_an_unthrottled_pair",  # 3 s
+    "tests/probe/test_probe.py::test_a_collective_that_never_completes_is_reported_in_one_line_after_the_op_timeout",  # 30 s
+    "tests/probe/test_probe.py::test_a_master_nobody_listens_on_is_refused_within_the_timeout",  # 15 s
+    "tests/probe/test_probe.py::test_a_master_port_already_taken_is_named_on_node_0",  # 10 s
+    "tests/probe/test_probe.py::test_a_rank_that_never_starts_is_named_when_the_rendezvous_times_out",  # 19 s
+    "tests/probe/test_probe.py::test_an_unresolvable_master_is_named_at_once",  # 14 s
+    "tests/probe/test_probe.py::test_bad_options_are_one_line_errors_with_exit_2",  # 49 s
+    "tests/probe/test_probe.py::test_no_nproc_per_node_says_how_to_give_it",  # 3 s
+    "tests/probe/test_probe.py::test_plain_torchrun_of_the_probe_module_works_too",  # 21 s
+    "tests/probe/test_probe.py::test_three_ranks_on_one_node_pass_every_check_and_report_nccl_tests_bandwidths",  # 31 s
+    "tests/probe/test_probe.py::test_two_nodes_launched_with_different_settings_get_config_mismatch_naming_the_odd_node",  # 34 s
+    "tests/probe/test_probe_nodes.py::test_a_blocked_master_port_is_named_as_timed_out_within_the_rendezvous_timeout",  # 13 s
+    "tests/probe/test_probe_nodes.py::test_a_node_that_never_starts_is_named_with_its_ranks",  # 32 s
+    "tests/probe/test_probe_nodes.py::test_a_node_with_other_nproc_per_node_or_use_vllm_is_named_in_config_mismatch",  # 40 s
+    "tests/probe/test_probe_nodes.py::test_a_throttled_node_is_named_as_slow",  # 53 s
+    "tests/probe/test_probe_nodes.py::test_a_wrong_master_addr_is_named_from_the_node_that_uses_it",  # 11 s
+    "tests/probe/test_probe_slurm_env.py::test_a_bad_slurm_variable_stops_the_probe_with_one_line",  # 24 s
+    "tests/probe/test_probe_slurm_env.py::test_two_nodes_probed_with_only_slurm_variables_meet_and_pass",  # 28 s
+    "tests/rank/test_auto_instrument.py::test_a_failure_inside_the_instrumentation_is_one_line_and_the_job_ends_with_its_own_status",  # 19 s
+    "tests/rank/test_auto_instrument.py::test_a_plain_torchrun_script_under_watch_instrument_gets_collective_phases_and_steps",  # 29 s
+    "tests/rank/test_auto_instrument.py::test_results_with_instrumentation_equal_those_without_and_generate_is_a_rollout_phase",  # 61 s
+    "tests/rank/test_durability.py::test_sigterm_ends_a_rank_blocked_inside_a_collective_with_its_end_record",  # 8 s
+    "tests/rank/test_instrument_unchanged.py::test_a_counted_call_that_raises_is_written_as_a_phase_with_its_error",  # 3 s
+    "tests/rank/test_instrument_unchanged.py::test_groups_are_not_kept_alive_and_a_non_member_call_keeps_the_layer_on",  # 23 s
+    "tests/rank/test_instrument_unchanged.py::test_repeated_collectives_of_a_step_are_one_summary_and_a_waiting_one_is_still_open",  # 11 s
+    "tests/rank/test_instrument_unchanged.py::test_signal_dispositions_are_left_as_found_and_sigterm_ends_a_busy_process_at_once",  # 2 s
+    "tests/rank/test_instrument_unchanged.py::test_torch_compile_fullgraph_and_pickle_see_the_same_collectives",  # 32 s
+    "tests/rank/test_memory.py::test_asking_for_allocator_history_without_cuda_says_it_has_no_effect",  # 3 s
+    "tests/rank/test_parallel_groups.py::test_a_torchrun_job_under_watch_instrument_records_its_mesh_and_groups_and_the_report_names_the_hung_ranks",  # 32 s
+    "tests/rank/test_parallel_groups.py::test_the_wrappers_keep_no_group_alive_pickle_compile_as_torchs_and_an_unreadable_group_costs_its_record",  # 9 s
+    "tests/rank/test_rollouts.py::test_across_ranks_each_rank_counts_its_completions_another_rank_also_sampled",  # 5 s
+    "tests/rank/test_rollouts.py::test_tensors_and_numpy_arrays_are_taken_as_they_come_from_a_trainer",  # 2 s
+    "tests/rank/test_seeds.py::test_seed_audit_records_the_fingerprints_and_the_sampling_seed_without_importing_anything",  # 2 s
+    "tests/rank/test_seeds.py::test_the_first_audit_compared_across_ranks_is_said_once_by_rank_0",  # 8 s
+    "tests/rank/test_seeds.py::test_two_processes_seeded_alike_agree_and_seeded_apart_differ",  # 7 s
+    "tests/rank/test_seeds.py::test_with_grpo_doctor_disabled_for_the_job_no_rank_gathers",  # 5 s
+    "tests/rank/test_sigkill_loss.py::test_a_rank_killed_with_sigkill_loses_less_than_the_readme_says",  # 19 s
+    "tests/rank/test_strict_json.py::test_the_nan_loss_is_found_in_a_rank_file_the_sink_wrote",  # 5 s
     "tests/report/test_culprit_stack_report.py::test_a_stack_deeper_than_the_evidence_keeps_is_shown_whole",  # 13 s
     "tests/report/test_culprit_stack_report.py::test_a_trl_reward_hang_shows_the_culprits_whole_stack_right_under_the_verdict",  # 8 s
     "tests/report/test_culprit_stack_report.py::test_metric_panels_with_too_few_steps_for_a_trend_are_folded",  # 3 s
