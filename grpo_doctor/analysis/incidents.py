@@ -180,6 +180,9 @@ def _gpu_fault_effects(root: Finding, other: Finding, findings: list[Finding]) -
         return on_gpu and bool(root.evidence.get("throttle_reasons"))
     if not root.evidence.get("hardware") or root.severity != "critical":
         return False
+    if other.id == "rank-crash" and other.evidence.get("cuda_fault") in (root.evidence.get("cuda_errors") or ()) and (
+            on_gpu or not other.hosts or not root.hosts):
+        return True  # the process died of that very CUDA error ("uncorrectable ECC error encountered")
     if other.id in ("rank-crash", "hang", "nccl-error", "nccl-timeout", "collective-mismatch") and on_gpu:
         return True
     return bool(root.ranks) and _collective_effects(root, other, findings)

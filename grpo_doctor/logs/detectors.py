@@ -179,7 +179,7 @@ def _detect(text: str) -> list[tuple[str, dict[str, Any]]]:
     if any(word in text for word in cluster.WORDS):
         found.append((HOST_OOM, cluster.parse_cluster_oom(text)))
         found.append((CHILD_FAILED, cluster.parse_srun_task(text)))
-    if "CUDA error" in text or "thread: [" in text:
+    if "CUDA error" in text or "thread: [" in text or "cuda runtime error" in text:
         found.append((CUDA_FAULT, faults.parse_cuda_fault(text)))
     if any(word in text for word in faults.DEATH_WORDS):
         found.append((WORKER_DIED, faults.parse_worker_died(text)))

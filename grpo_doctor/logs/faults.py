@@ -53,14 +53,16 @@ DEATH_WORDS = ("EngineCore encountered", "died unexpectedly", "Worker exit type"
 # line that `parse_worker_died` reads holds one of them ("Engine core proc X died unexpectedly",
 # "Child process unexpectedly failed ...": "unexpectedly"; "Engine core initialization failed").
 # "EngineCore" alone is in every line of a V1 engine's prefix: never a keyword by itself.
-KEYWORDS = ("CUDA error", ", thread: [", "EngineCore encountered", "EngineCore failed", "Process EngineCore",
+KEYWORDS = ("CUDA error", "cuda runtime error", ", thread: [", "EngineCore encountered", "EngineCore failed", "Process EngineCore",
             "initialization failed", "unexpectedly", "Worker exit type", "DiedError", "DeadError",
             "Fatal Python error", "*** SIG", "death signal", "ray::", "output_handler", "from a child proces")
 ACTOR_START = "The actor died unexpectedly"
 CREATION_START = "raised in its creation task"  # "... its creation task, ray::Name.__init__() (pid=..., repr=...)"
 ACTOR_VOCABULARY = ("class_name", "actor_id", "pid:", "name:", "namespace", "ip:", "The actor is dead", "Worker exit")
 
-_CUDA = re.compile(r"CUDA error: (?!out of memory)([^\n.]+?)(?:\.|$| CUDA kernel errors| Compile with|\s+For debugging)")
+_CUDA = re.compile(r"CUDA error: (?!out of memory)([^\n.]+?)(?:\.|$| CUDA kernel errors| Compile with|\s+For debugging|\s+Search for `)")
+# PyTorch before 1.0 (THC): "cuda runtime error (39) : uncorrectable ECC error encountered at /pytorch/aten/...".
+_OLD_CUDA = re.compile(r"cuda runtime error \((\d{1,4})\) : (?!out of memory)([^\n]{1,200}?)(?: at \S+:\d+|$)")
 # The kernel's own report of a device-side assert, printed once per failing thread before the
 # "CUDA error: device-side assert triggered": "../aten/src/ATen/native/cuda/Indexing.cu:1141:
 # indexSelectLargeIndex: block: [118,0,0], thread: [3,0,0] Assertion `srcIndex < srcSelectDimSize` failed."
@@ -94,8 +96,13 @@ _EXIT_TYPE = re.compile(r"(?:Owner )?[Ww]orker exit type: (\w+)(?: Worker exit d
 
 
 def parse_cuda_fault(text: str) -> dict[str, Any] | None:
-    """`CUDA error: <what>` from any library, except out of memory (see oom.py)."""
+    """`CUDA error: <what>` from any library (or old PyTorch's `cuda runtime error (N) : <what>`), except out
+    of memory (see oom.py)."""
     m = _CUDA.search(text) if "CUDA error" in text else None
+    old = _OLD_CUDA.search(text) if m is None and "cuda runtime error" in text else None
+    if old is not None:
+        exc = _EXC.search(text, 0, old.start())
+        return {"error": old.group(2).strip(), "exc_type": exc.group(1) if exc else None, "device_side_assert": False}
     if m is None:
         kernel = _KERNEL_ASSERT.search(text) if "thread: [" in text else None
         if kernel is None:
