@@ -52,8 +52,9 @@ DEATH_WORDS = ("EngineCore encountered", "died unexpectedly", "Worker exit type"
 # chunk_keywords.RARE_BYTES, so that no keyword costs a pass of its own over a file's bytes; a
 # line that `parse_worker_died` reads holds one of them ("Engine core proc X died unexpectedly",
 # "Child process unexpectedly failed ...": "unexpectedly"; "Engine core initialization failed").
-# "EngineCore" alone is in every line of a V1 engine's prefix: never a keyword by itself.
-KEYWORDS = ("CUDA error", "cuda runtime error", ", thread: [", "EngineCore encountered", "EngineCore failed", "Process EngineCore",
+# "EngineCore" alone is in every line of a V1 engine's prefix: never a keyword by itself. Old PyTorch's
+# "cuda runtime error (N) : ... at /pytorch/aten/src/THC/THCGeneral.cpp:NN" is found by its THC source path.
+KEYWORDS = ("CUDA error", "/THC", ", thread: [", "EngineCore encountered", "EngineCore failed", "Process EngineCore",
             "initialization failed", "unexpectedly", "Worker exit type", "DiedError", "DeadError",
             "Fatal Python error", "*** SIG", "death signal", "ray::", "output_handler", "from a child proces")
 ACTOR_START = "The actor died unexpectedly"
