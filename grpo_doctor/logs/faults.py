@@ -47,7 +47,8 @@ from grpo_doctor.logs.units import signal_name
 DEATH_WORDS = ("EngineCore encountered", "died unexpectedly", "Worker exit type", "ActorDiedError", "EngineDeadError",
                "Fatal Python error", "received at time=", "received by PID", "death signal", "ray::",
                "Process EngineCore", "EngineCore failed to start", "Engine core initialization failed",
-               "output_handler failed", "unexpectedly failed with an exit code", "from a child proces")
+               "output_handler failed", "unexpectedly failed with an exit code", "from a child proces",
+               *("worker died or was killed", "Exception: [RayletClient] Raylet connection closed"))
 # The pre-check's spellings (see detectors.KEYWORDS): each holds an anchor byte of
 # chunk_keywords.RARE_BYTES, so that no keyword costs a pass of its own over a file's bytes; a
 # line that `parse_worker_died` reads holds one of them ("Engine core proc X died unexpectedly",
@@ -56,8 +57,13 @@ DEATH_WORDS = ("EngineCore encountered", "died unexpectedly", "Worker exit type"
 # "cuda runtime error (N) : ... at /pytorch/aten/src/THC/THCGeneral.cpp:NN" is found by its THC source path.
 KEYWORDS = ("CUDA error", "/THC", ", thread: [", "EngineCore encountered", "EngineCore failed", "Process EngineCore",
             "initialization failed", "unexpectedly", "Worker exit type", "DiedError", "DeadError",
-            "Fatal Python error", "*** SIG", "death signal", "ray::", "output_handler", "from a child proces")
+            "Fatal Python error", "*** SIG", "death signal", "ray::", "output_handler", "from a child proces",
+            "worker died or was killed", "Raylet connection closed")
 ACTOR_START = "The actor died unexpectedly"
+# A Ray worker's death in Ray's words, old ones too: Ray < 1.0's "Invalid return value: likely worker died or
+# was killed while executing the task" (under RayGetError) and a worker whose raylet went away, raised.
+_RAY_DEATHS = ("died unexpectedly", "Worker exit type", "ActorDiedError", "worker died or was killed",
+               "Exception: [RayletClient] Raylet connection closed")
 CREATION_START = "raised in its creation task"  # "... its creation task, ray::Name.__init__() (pid=..., repr=...)"
 ACTOR_VOCABULARY = ("class_name", "actor_id", "pid:", "name:", "namespace", "ip:", "The actor is dead", "Worker exit")
 
@@ -147,7 +153,7 @@ def parse_worker_died(text: str) -> dict[str, Any] | None:
     if worker:
         return {"component": "vllm-worker", "actor_name": worker.group(1), "message": message}
     task = _RAY_TASK.search(text) if "ray::" in text else None
-    if not task and not any(word in text for word in ("died unexpectedly", "Worker exit type", "ActorDiedError")):
+    if not task and not any(word in text for word in _RAY_DEATHS):
         return None
     exc = _RAY_EXC.search(text)
     found: dict[str, Any] = {"component": "ray-actor", "exc_type": exc.group(1) if exc else None, "message": message}
