@@ -26,7 +26,8 @@ Typical use:
     fleet.set_beat(state="stalled", stall="3f2a", idle_s=12.0, ranks={2: (3, "reward", 12.0, 4711)})
     view = fleet.view()          # view.decider, view.look, view.verdict, view.stacks
     fleet.answer(view.look, local_report)
-    fleet.finish()               # a last beat saying this node is done
+    fleet.job_ended()            # this node's job exited: a store lost from now on is the job's end, not a death
+    fleet.finish()               # a last beat saying this node is done (the store's host: heard by the others)
 """
 from __future__ import annotations
 
@@ -66,6 +67,7 @@ class FleetSettings:
     beat_s: float = 1.0  # a beat at least this often; at once when its state, look or verdict changes
     stale_s: float = 10.0  # a node whose beat did not change for this long is silent
     timeout_s: float = 5.0  # the longest one channel call may block
+    end_wait_s: float = 10.0  # at the end, how long the store's host keeps it up for the live nodes to hear its "done"
 
 
 @dataclass(frozen=True)
@@ -164,8 +166,16 @@ class Fleet:
         with self._lock:
             return self._view
 
+    def job_ended(self) -> None:
+        """This node's job exited (watch's own end begins): from now on a store that goes is the job's end
+        everywhere, not its host's death: nothing is said of it and no heir takes over."""
+        self.finishing = True
+
     def finish(self, timeout_s: float = 5.0) -> None:
-        """This node is done (its summary is written): say so in a last beat (waiting at most `timeout_s`)."""
+        """This node is done (its summary is written): say so in a last beat (waiting at most `timeout_s`).
+        The store's host then keeps the store up until every live node is done or heard that beat (at most
+        `end_wait_s`): closed a moment after it, the others (reading every `poll_s`) would miss it and take the
+        store's end for its host's death."""
         self.finishing = True
         self.set_beat(done=True, state="idle")
         with self._lock:
@@ -177,6 +187,25 @@ class Fleet:
                 if self._seq >= seq_done:
                     break
             time.sleep(0.05)
+        if self.hosts_store():
+            self.wait_until_heard(self.settings.end_wait_s)
+
+    def hosts_store(self) -> bool:
+        """Whether this watch hosts the store the others use (node 0's, or its heir's after a takeover)."""
+        return self._store is not None and self.store_host == self.settings.node and self._store.ever_up
+
+    def wait_until_heard(self, timeout_s: float) -> dict[int, str]:
+        """As the store's host after its "done" beat: wait until every live node is done or says it heard that
+        beat, at most `timeout_s`. Returns node -> host of those that did not."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            view = self.view()
+            pending = {n: view.beats[n].host for n in view.live
+                       if n != self.settings.node and n in view.beats and not view.beats[n].done
+                       and view.beats[n].saw_done != self.settings.node}
+            if not pending or time.monotonic() >= deadline or self._thread is None or not self._thread.is_alive():
+                return pending
+            time.sleep(min(self.settings.poll_s, 0.1))
 
     def wait_for_done(self, timeout_s: float) -> dict[int, str]:
         """As the decider at the end: wait until every live node says it is done, at most `timeout_s`.
@@ -282,13 +311,19 @@ class Fleet:
         if urgent != self._beat_sent or now - self._beat_sent_mono >= self.settings.beat_s:
             self._publish_beat()
             self._beat_sent, self._beat_sent_mono = urgent, now
+        to_read = self.board.to_read(now)
+        if self.finishing and self._store is not None and self.store_host == self.settings.node:
+            to_read = [n for n in range(self.settings.nnodes) if n != self.settings.node]  # who heard its "done"
         beats = {}
-        for node, message in self._read("beat", self.board.to_read(now)).items():
+        for node, message in self._read("beat", to_read).items():
             beat = NodeBeat.from_message(message)
             if beat is not None and beat.t >= self.start_t - 300:
                 beats[node] = beat
         self.board.update(beats, now)
         if self._store is not None:
+            if self.store_host != self.settings.node and self.host_done():
+                with self._lock:  # the store's host may close it now (it waits for this, finish())
+                    self._beat = replace(self._beat, saw_done=self.store_host)
             self._follow_store(now)
         decider = self.board.decider(now)
         with self._lock:
@@ -458,7 +493,8 @@ class _Retrying(Channel):
 
 def _urgent(beat: NodeBeat) -> tuple:
     """What of a beat the other watches must hear at once: the rest (idle seconds) waits for the next beat."""
-    return (beat.state, beat.stall, beat.look, beat.answered, beat.verdict, beat.seen, beat.done, beat.survey)
+    return (beat.state, beat.stall, beat.look, beat.answered, beat.verdict, beat.seen, beat.done, beat.survey,
+            beat.saw_done)
 
 
 def _report(message: Mapping[str, Any] | None) -> HangReport | None:

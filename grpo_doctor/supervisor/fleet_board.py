@@ -9,7 +9,8 @@ also puts in it the look it asks every node for (`look`) and its latest verdict'
 every node says which look it answered (`answered`) and which verdict it applied (`seen`). Each beat carries
 the watch's address toward the store (`addr`); the store's host names its heir (`heir`: the live node with
 the lowest id after its own, and that node's address), who hosts a new store when it dies
-(fleet_takeover.py). A node taking
+(fleet_takeover.py); at the job's end the store's host keeps it up until every live node is done or says it
+heard the host's "done" beat (`saw_done`). A node taking
 fail-slow stack rounds names them (`survey`: "FIRST_SLOT:ROUNDS:INTERVAL", supervisor/fail_slow.py), so the
 other nodes take theirs at the same moments.
 
@@ -54,13 +55,14 @@ class NodeBeat:
     survey: str | None = None  # fail-slow stack rounds this node takes (fail_slow.FailSlow.token)
     addr: str | None = None  # this watch's address toward the store: where it would host the next one
     heir: tuple[int, str] | None = None  # the store's host: the node (and its addr) to host it after it
+    saw_done: int | None = None  # the store's host (node id) whose "done" beat this watch heard: it may close now
 
     def to_message(self) -> dict[str, Any]:
         out = {"node": self.node, "host": self.host, "seq": self.seq, "t": round(self.t, 3), "state": self.state,
                "ranks": {str(r): list(v) for r, v in sorted(self.ranks.items())}, "on_hang": self.on_hang}
         optional = {"stall": self.stall, "idle_s": self.idle_s, "look": self.look, "answered": self.answered,
                     "verdict": self.verdict, "seen": self.seen, "survey": self.survey, "addr": self.addr,
-                    "heir": list(self.heir) if self.heir else None}
+                    "heir": list(self.heir) if self.heir else None, "saw_done": self.saw_done}
         return out | {k: v for k, v in optional.items() if v is not None} | ({"done": True} if self.done else {})
 
     def to_bytes(self) -> bytes:
@@ -78,7 +80,7 @@ class NodeBeat:
                        verdict=_opt_str(message.get("verdict")), seen=_opt_str(message.get("seen")),
                        done=message.get("done") is True, on_hang=str(message.get("on_hang") or "report"),
                        survey=_opt_str(message.get("survey")), addr=_opt_str(message.get("addr")),
-                       heir=_heir(message.get("heir")))
+                       heir=_heir(message.get("heir")), saw_done=_opt_node(message.get("saw_done")))
         except (KeyError, TypeError, ValueError, AttributeError):
             return None
         return beat if beat.state in STATES else None
@@ -92,6 +94,10 @@ def _heir(value: Any) -> tuple[int, str] | None:
     if isinstance(value, list) and len(value) == 2 and type(value[0]) is int and isinstance(value[1], str):
         return value[0], value[1]
     return None
+
+
+def _opt_node(value: Any) -> int | None:
+    return value if type(value) is int and value >= 0 else None
 
 
 def _opt_num(value: Any) -> float | None:

@@ -217,6 +217,8 @@ class Watch:
                 except Exception as exc:  # supervision failing must never be what ends the job
                     self._internal_error(exc)
         finally:
+            if self.fleet is not None:  # the job's end: a store lost from now on is not its host's death
+                self.fleet.job_ended()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             self.tree.end(self.opts.grace_s)  # nothing of the tree outlives watch
