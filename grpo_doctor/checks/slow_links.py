@@ -13,8 +13,15 @@ compare). The slow host is the one common to the slow pairs, while its other end
 - one host's own view (its watch sees only its own links): node0 sees node0-node1 fast, node0-node2 slow
   -> node2 (node0's NIC carries a fast pair, so it is not node0's).
 
+Only pairs whose both ends are hosts of the job are judged: the samples' own hosts, and `job_addrs` (the
+addresses of the job's hosts known otherwise: the fleet beats', the master address). A rank's connection to an
+address outside the job (a remote reward or LLM-judge API, dataset streaming, a model hub) crosses the
+internet at 20 ms and more while the job's links answer in a fraction of one: it is no link of the job and
+never names a host. Without any other host of the job known, nothing is judged.
+
 Typical use:
-    verdict = slow_link_hosts([("node0", LinkRtts(("10.0.0.1",), {"10.0.0.2": 0.3, "10.0.0.3": 150.0})), ...])
+    verdict = slow_link_hosts([("node0", LinkRtts(("10.0.0.1",), {"10.0.0.2": 0.3, "10.0.0.3": 150.0})), ...],
+                              job_addrs=("10.0.0.2", "10.0.0.3"))
     verdict.hosts, verdict.which_end, describe_links(verdict)
 """
 from __future__ import annotations
@@ -46,13 +53,17 @@ class LinkVerdict:
                 "slow": [f"{a}-{b}" for a, b in self.slow], "hosts": list(self.hosts), "which_end": self.which_end}
 
 
-def slow_link_hosts(samples: Iterable[tuple[str, LinkRtts]]) -> LinkVerdict:
-    """`samples`: (host, its ranks' round trips by peer address), any number per host (one a round)."""
+def slow_link_hosts(samples: Iterable[tuple[str, LinkRtts]], job_addrs: Iterable[str] = ()) -> LinkVerdict:
+    """`samples`: (host, its ranks' round trips by peer address), any number per host (one a round);
+    `job_addrs`: addresses of the job's hosts besides the samples' own. Peers outside the job are left out."""
     samples = list(samples)
     host_of = {addr: host for host, links in samples for addr in links.addrs}
+    job = set(host_of) | set(job_addrs)
     rtts: dict[tuple[str, str], list[float]] = {}
     for host, links in samples:
         for addr, ms in links.rtt_ms.items():
+            if addr not in job:
+                continue  # outside the job: a remote API, a dataset or model hub; not one of the job's links
             peer = host_of.get(addr, addr)
             if peer != host:
                 rtts.setdefault(tuple(sorted((host, peer))), []).append(ms)

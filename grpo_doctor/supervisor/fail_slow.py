@@ -198,6 +198,9 @@ class FailSlow:
         self._cancel = threading.Event()
         self._off: str | None = None  # why rounds are off (py-spy missing, ptrace denied)
         self._count = 0
+        # The addresses of the job's hosts (the fleet beats', the master address; watch sets them): only links
+        # between hosts of the job are judged (checks/slow_links.py), never one to a service outside it.
+        self.job_addrs: frozenset[str] = frozenset()
 
     # -- the job's side ------------------------------------------------------------------------
 
@@ -364,14 +367,23 @@ class FailSlow:
                     + ("; the report merges them with the other nodes' rounds" if self._fleet else ""))
         else:
             line = describe(result)
-        links = slow_link_hosts((self.host, r.links) for r in survey.rounds if r.links is not None)
+        job_addrs = sorted(self.job_addrs)
+        links = slow_link_hosts(((self.host, r.links) for r in survey.rounds if r.links is not None), job_addrs)
         if not result.named and links.slow:
             line += "; " + describe_links(links)
-        survey = replace(survey, verdict=result.to_dict() | {"line": line, "links": links.to_dict()})
+        survey = replace(survey, verdict=result.to_dict() | {"line": line, "links": links.to_dict(),
+                                                              "job_addrs": job_addrs})
         self._keep(survey)
         if result.named or survey.why == "pace" or links.which_end:
-            if line not in self._said:
-                self._said.add(line)
+            # Said once per what it names: the line's figures (rounds, milliseconds) change every survey.
+            if result.named:
+                key: Any = ("ranks", result.named, result.hosts)
+            elif links.which_end:
+                key = ("links", links.hosts)
+            else:
+                key = line
+            if key not in self._said:
+                self._said.add(key)
                 lines.append(line)
         return lines
 

@@ -16,6 +16,7 @@ Typical use:
 from __future__ import annotations
 
 import fcntl
+import ipaddress
 import json
 import os
 import secrets
@@ -329,9 +330,17 @@ class Watch:
         """Stack rounds while the job moves: started once its steps are under way, when its pace falls, or
         when another node's watch started them (its beat); none while every rank has stalled."""
         joined = None
+        # Only links between the job's hosts are judged (checks/slow_links.py): the master address and the
+        # fleet's beats' addresses say which they are; a service outside the job never names a "slow host".
+        job_addrs = {self.cluster.master_addr} if _is_ip(self.cluster.master_addr) else set()
         if self.fleet is not None:
             self.fleet.set_beat(survey=self.fail_slow.token)
-            joined = next((b.survey for _, b in sorted(self.fleet.view().beats.items()) if b.survey), None)
+            beats = self.fleet.view().beats
+            joined = next((b.survey for _, b in sorted(beats.items()) if b.survey), None)
+            job_addrs |= {b.addr for b in beats.values() if b.addr}
+            store = self.fleet.settings.store
+            job_addrs |= {store[0]} if store and _is_ip(store[0]) else set()
+        self.fail_slow.job_addrs = frozenset(job_addrs)
         pids = {r: p for r, p in self.rank_pids.items() if r not in self.gone}
         stalled = bool(pids) and self._stall_state(now)[0] == "stalled"
         for line in self.fail_slow.tick(now, pids, stalled=stalled, joined=joined):
@@ -643,6 +652,14 @@ class _Look:
     id: str
     started_mono: float
     own: HangReport | None = None
+
+
+def _is_ip(addr: str | None) -> bool:
+    try:
+        ipaddress.ip_address(addr or "")
+    except ValueError:
+        return False
+    return True
 
 
 def _widen_pipe(fd: int) -> None:

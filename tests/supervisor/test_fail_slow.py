@@ -96,3 +96,27 @@ def test_a_healthy_uninstrumented_job_gets_its_stack_rounds_and_no_verdict(tmp_p
     assert survey["verdict"]["named"] == [] and survey["verdict"]["scope"] in ("none", "shared"), survey["verdict"]
     # (a line saying the pace fell may come where the busy machine slows the job: it names no rank)
     assert not re.search(r"fail-slow: (?:ranks?|host) ", stderr), stderr[-3000:]
+
+
+def _links_survey(fail_slow, why, rtt_ms, rounds=4):
+    from grpo_doctor.schema.slow_rounds import LinkRtts, RankLook, SlowRound, Survey
+    from grpo_doctor.supervisor.fail_slow import _Active
+    look = RankLook(sig="allreduce", waiting=True, where="all_reduce (distributed_c10d.py:2000)")
+    survey = Survey(id=f"node0-{why}", host="node0", why=why, interval_s=1.0, planned=rounds, started_t=0.0)
+    active = _Active(survey=survey, first_slot=10, next_slot=10 + rounds)
+    active.rounds = [SlowRound(t=float(i), slot=10 + i, ranks={0: look, 1: look},
+                               links=LinkRtts(("10.0.0.1",), rtt_ms)) for i in range(rounds)]
+    return fail_slow._finish(active)
+
+
+def test_a_slow_link_is_said_once_live_whatever_its_figures_and_a_service_outside_the_job_never(tmp_path):
+    from grpo_doctor.supervisor.fail_slow import FailSlow, FailSlowSettings
+    fail_slow = FailSlow(FailSlowSettings(), "node0", tmp_path / "fail-slow.json", fleet=True)
+    fail_slow.job_addrs = frozenset({"10.0.0.2", "10.0.0.3"})  # the fleet's beats' addresses (watch sets them)
+    first = _links_survey(fail_slow, "start", {"10.0.0.2": 0.05, "10.0.0.3": 180.0})
+    assert len(first) == 1 and "the job's TCP round trips name 10.0.0.3" in first[0]
+    assert _links_survey(fail_slow, "again", {"10.0.0.2": 0.06, "10.0.0.3": 173.0}) == []  # the same host again
+    api = {"10.0.0.2": 0.3, "104.18.6.192": 38.0}  # a remote reward API beside a healthy LAN link
+    assert _links_survey(fail_slow, "api", api) == []
+    alone = FailSlow(FailSlowSettings(), "node0", tmp_path / "alone.json", fleet=True)  # no job hosts known
+    assert _links_survey(alone, "start", {"10.0.0.2": 0.05, "10.0.0.3": 180.0}) == []

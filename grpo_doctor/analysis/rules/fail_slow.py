@@ -20,7 +20,9 @@ host slow to every other (its `straggler` problems, `probe_slow_hosts`).
 
 Where nobody's stack stands out, the round trips of the job's own TCP connections, sampled in the same rounds
 (host/tcp_links.py), can still name a host: the one common to the slow pairs of hosts while the others carry a
-fast pair (checks/slow_links.py; three hosts or more). Such a finding names that host (`links`: each pair's
+fast pair (checks/slow_links.py; three hosts or more). Only pairs whose both ends are hosts of the job count (the
+sampled hosts' own addresses and those each watch knew live, its survey's `job_addrs`): a connection to a
+service outside the job (a remote reward API, dataset streaming) never names a host. Such a finding names that host (`links`: each pair's
 median round trip, the slow pairs, `which_end`). With two hosts the one slow pair is said, both ends named.
 
 An episode with fewer than `min_rounds` rounds is not judged by its stacks, nor by its links with fewer than
@@ -84,7 +86,7 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
     said: dict[tuple, Finding] = {}
     for episode in episodes(run.slow_surveys):
         sampled = [(s.host, r.slot, r.links) for s in episode.surveys for r in s.rounds if r.links is not None]
-        links = (slow_link_hosts((host, rtts) for host, _, rtts in sampled)
+        links = (slow_link_hosts(((host, rtts) for host, _, rtts in sampled), _job_addrs(episode))
                  if len({slot for _, slot, _ in sampled}) >= cfg.min_link_rounds else LinkVerdict())
         judged = len(episode.rounds) >= cfg.min_rounds
         if judged:
@@ -142,6 +144,17 @@ def _finding(run: Evidence, episode: Episode, result: SlowVote, links: LinkVerdi
     else:
         hints = (HINT_RANK, HINT_HOST)
     return Finding(id=ID, severity="warning", title=title, ranks=result.named, hosts=hosts, step=None, phase=None, evidence=evidence, hints=hints)
+
+
+def _job_addrs(episode: Episode) -> set[str]:
+    """The addresses of the job's hosts each watch knew live (its fleet's beats, the master address); the
+    sampled hosts' own addresses count besides (checks/slow_links.py): a peer outside them is no link of the job."""
+    out: set[str] = set()
+    for survey in episode.surveys:
+        addrs = (survey.verdict or {}).get("job_addrs")
+        if isinstance(addrs, list):
+            out.update(a for a in addrs if isinstance(a, str))
+    return out
 
 
 def _probe_slow_hosts(run: Evidence, hosts: tuple[str, ...]) -> list[str]:
