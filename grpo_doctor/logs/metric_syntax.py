@@ -26,12 +26,14 @@ from grpo_doctor.logs.metric_lines import dict_pairs
 NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|NaN|NAN|inf|Inf|INF|Infinity|infinity)"
 _NAME = r"[A-Za-z_][\w./@%-]*(?:\([\w/%]*\))?"
 _NAMES = _NAME + r"(?: " + _NAME + r"){0,5}"  # a name of up to six words ("Mean Generation Length")
-_EQUALS = re.compile(r"(?<![\w./@-])(" + _NAME + r")\s*=\s*(" + NUMBER + r")(?![\w.%])")
-_COLON = re.compile(r"(?<![\w./@-])(" + _NAMES + r")\s*:\s*(" + NUMBER + r")(?=\.?(?:$|[\s,;|}\])]))")
+# The lookbehinds hold every character a name holds (% included): a match starts only where a name can, else
+# it would start after every "%X" of a long URL-encoded piece and rescan the rest (quadratic: 64 KB, minutes).
+_EQUALS = re.compile(r"(?<![\w./@%-])(" + _NAME + r")\s*=\s*(" + NUMBER + r")(?![\w.%])")
+_COLON = re.compile(r"(?<![\w./@%-])(" + _NAMES + r")\s*:\s*(" + NUMBER + r")(?=\.?(?:$|[\s,;|}\])]))")
 _SPACED = re.compile(r"(?:^|(?<=, )|(?<=: ))(" + _NAMES + r") (" + NUMBER + r")(?= ?[A-Za-z%/]{0,6}\s*(?:,|$))")
 _LONE = re.compile(r"^(" + _NAMES + r")(?:\s*[:=]\s*|\s+)(" + NUMBER + r")\s*$")
 _COLON_VALUE = re.compile(r":\s*(?:[-+]?[\d.]|nan|NaN|NAN|inf|Inf|INF)")
-_CELL_SPLIT = re.compile(r"\s*[|│┃║]\s*|\t|\s{2,}")
+_CELL_SPLIT = re.compile(r"[|│┃║]|\t|\s{2,}")  # no `\s*` before a bar: it rescanned every run of tabs
 _BULLET = re.compile(r"^[\s•·*▶►>~-]*(?:[^\x00-\x7f]\S*\s+)?")  # bullets, and an emoji before a label
 _FLOAT = re.compile(r"^(?:" + NUMBER + r")$")
 _SPECIAL = {"nan": math.nan, "inf": math.inf, "+inf": math.inf, "-inf": -math.inf, "infinity": math.inf,
@@ -86,7 +88,7 @@ def cells(text: str) -> list[str]:
     text = text.strip()
     if "  " not in text and not any(bar in text for bar in _BARS):
         return [text] if text else []
-    return [c for c in _CELL_SPLIT.split(text) if c]
+    return [c for piece in _CELL_SPLIT.split(text) if (c := piece.strip())]
 
 
 _BARS = ("|", "│", "┃", "║", "\t")

@@ -52,7 +52,9 @@ _STEP_IN_TEXT = re.compile(r"(?i)\b(global[_ ]step|step|iteration|iter|epoch)\b\
 _STEP_HEADER = re.compile(r"(?i)^[\W_]*(?:step|iteration|iter)\s*[:#]?\s*(\d+)(?:\s*/\s*\d+)?[\W_]*$")
 _SEPARATOR = re.compile(r"^[\s|+:=\-─━═┄┈╌┡┩┢┪┣┫┏┓┗┛┌┐└┘├┤┬┴┼╇╈╋╪╞╡╤╧╥╨╔╗╚╝╠╣╦╩╬│┃║]*$")
 _WANDB = re.compile(r"^wandb:\s?")
-_SECTION = re.compile(r"^[\s|│┃]*([^\d\s|│┃:][^|│┃:]*?)[/:]?[\s|│┃]*$")  # "| rollout/ |  |", "Training Results:"
+# Matched on the line without its trailing spaces and bars (`_section_text`): a lazy name before `[\s|│┃]*$`
+# rescanned a long run of tabs from every character.
+_SECTION = re.compile(r"^[\s|│┃]*([^\d\s|│┃:][^|│┃:]*?)[/:]?$")  # "| rollout/ |  |", "Training Results:"
 
 
 @dataclass
@@ -254,7 +256,7 @@ def _block_line(text: str) -> str | None:
         return ""
     if line_pairs(text):
         return None
-    m = _SECTION.match(text)
+    m = _SECTION.match(text.rstrip(" \t\n\r\f\v|│┃"))
     if m and (text.rstrip().endswith(":") or m.group(1).strip().endswith("/")):
         return m.group(1).strip().rstrip(":") + ("/" if m.group(1).strip().endswith("/") else "")
     return None
