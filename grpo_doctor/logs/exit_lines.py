@@ -41,9 +41,21 @@ KILL_137 = ("SIGKILL (exit code 137) from outside the process: with Reason OOMKi
             "'Memory cgroup out of memory'), an eviction (kubectl get events: Evicted, node memory pressure) or a "
             "preemption / node drain (kubectl get events: Preempting, Killing; kubectl describe node)")
 
-_MP = re.compile(r"\b[Pp]rocess (\d+) terminated with (?:exit code (-?\d+)|signal (SIG[A-Z]+))")
+# torch.multiprocessing's wordings only: "ProcessExitedException: process N ..." (mp.spawn) or "Process N
+# terminated with exit code C, terminating remaining processes" (its harness); a bare "Process 23814 terminated
+# with exit code 1" is any tool's PID. The index is a local rank: at most MAX_PROCESS_INDEX.
+_MP = re.compile(r"(?:ProcessExitedException: process (\d+) terminated with (?:exit code (-?\d+)|signal (SIG[A-Z]+))"
+                 r"|\b[Pp]rocess (\d+) terminated with exit code (-?\d+), terminating remaining processes)")
+MAX_PROCESS_INDEX = 4096
 _MP_EXITING = re.compile(r"\bexiting process (\d+) with exit code:? (-?\d+)")
 _K8S = re.compile(r"^\s*Exit Code:\s+(\d+)\s*$|command terminated with exit code (\d+)")
+# A launcher named on the line (the command it ran); else the traceback above must show one (signatures.py).
+LAUNCHER_WORDS = ("accelerate", "torchrun", "torch.distributed.run", "torch.distributed.launch", "deepspeed")
+LAUNCHER_FRAMES = ("accelerate/commands/launch", "torch/distributed/run", "torch/distributed/launch",
+                   "torch/distributed/elastic", "deepspeed/launcher")
+# Ray logs "state: DEAD" for every actor's end, a kill on purpose or going out of scope included.
+_RAY_FAILED = ("creation_task_exception=1", "OUT_OF_MEMORY", "WORKER_DIED", "NODE_DIED", "SYSTEM_ERROR",
+               "unexpectedly", "oom_context", "runtime_env_failed", "creation_task_failure")
 _SUBPROCESS = re.compile(r"Command '(.{0,200}?)'? returned non-zero exit status (-?\d+)")
 _RAY_DEAD = re.compile(r"state: DEAD, actor_id: (\w+)(?:, ip address: ([^,\s]+))?")
 
@@ -52,14 +64,17 @@ def parse_multiprocessing_exit(text: str) -> dict[str, Any] | None:
     """torch.multiprocessing's report of a process that ended badly (0 is no failure)."""
     m = _MP.search(text) if "terminated with" in text else None
     if m is not None:
-        index, code, signal = int(m.group(1)), m.group(2), m.group(3)
+        index = int(m.group(1) or m.group(4))
+        code, signal = m.group(2) or m.group(5), m.group(3)
+        if index > MAX_PROCESS_INDEX:
+            return None
         exitcode = int(code) if code is not None else None
         if exitcode == 0:
             return None
         return {"origin": "multiprocessing", "local_rank": index, "exitcode": exitcode,
                 "signal": signal or signal_name(exitcode), "root_cause": None}
     m = _MP_EXITING.search(text) if "exiting process" in text else None
-    if m is None or m.group(2) == "0":
+    if m is None or m.group(2) == "0" or int(m.group(1)) > MAX_PROCESS_INDEX:
         return None
     exitcode = int(m.group(2))
     return {"origin": "multiprocessing", "local_rank": int(m.group(1)), "exitcode": exitcode,
@@ -67,15 +82,17 @@ def parse_multiprocessing_exit(text: str) -> dict[str, Any] | None:
 
 
 def parse_container_exit(text: str) -> dict[str, Any] | None:
-    """A Kubernetes container's (or kubectl exec's) non-zero exit code; 137 and 143 named as signals."""
+    """A Kubernetes container's (or kubectl exec's) non-zero exit code; 137 and 143 named as signals.
+    kubectl exec's "command terminated with exit code N" says any command's status: alone it is read only
+    for a signal (N > 128); a pod's "Exit Code:" line only under its "Reason:" (signatures.py keeps it)."""
     m = _K8S.search(text) if "xit code" in text or "Exit Code:" in text else None
     if m is None:
         return None
     code = int(m.group(1) or m.group(2))
-    if code == 0:
+    if code == 0 or (m.group(2) is not None and code <= 128):
         return None
     signal = {137: "SIGKILL", 143: "SIGTERM", 139: "SIGSEGV", 134: "SIGABRT"}.get(code)
-    return {"component": "process", "exitcode": code, "message": text.strip()[:300],
+    return {"component": "process", "exitcode": code, "message": text.strip()[:300], "pod_line": m.group(1) is not None,
             "exc_type": f"{signal} (exit code {code})" if signal else f"exit code {code}",
             "exit_detail": KILL_137 if code == 137 else None}
 
@@ -88,13 +105,16 @@ def parse_subprocess_exit(text: str) -> dict[str, Any] | None:
     code = int(m.group(2))
     signal = signal_name(code) if code < 0 else None
     return {"component": "process", "exitcode": code, "message": text.strip()[:300],
-            "exc_type": f"the launched command {'died on ' + signal if signal else f'exited with status {code}'}"}
+            "launcher": any(word in m.group(1) for word in LAUNCHER_WORDS),
+            "exc_type": f"CalledProcessError ({f'{signal}, ' if signal else ''}exit status {code})"}
 
 
 def parse_ray_actor_dead(text: str) -> dict[str, Any] | None:
     """Ray's core worker told that an actor died (its creation task raised, or its process went)."""
     m = _RAY_DEAD.search(text) if "state: DEAD" in text else None
     if m is None:
+        return None
+    if not any(word in text for word in _RAY_FAILED) or "RAY_KILL" in text or "INTENTIONAL" in text:
         return None
     raised = "creation_task_exception=1" in text
     return {"component": "ray-actor", "actor_name": m.group(1), "ip": m.group(2), "message": text.strip()[:300],

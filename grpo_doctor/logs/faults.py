@@ -153,8 +153,8 @@ def parse_worker_died(text: str) -> dict[str, Any] | None:
     if worker:
         return {"component": "vllm-worker", "actor_name": worker.group(1), "message": message}
     task = _RAY_TASK.search(text) if "ray::" in text else None
-    if not task and not any(word in text for word in _RAY_DEATHS):
-        return None
+    if not task and not any(word in text.replace("ActorDiedErrorContext", "") for word in _RAY_DEATHS):
+        return None  # core worker's "death context type=ActorDiedErrorContext": any end (exit_lines.py)
     exc = _RAY_EXC.search(text)
     found: dict[str, Any] = {"component": "ray-actor", "exc_type": exc.group(1) if exc else None, "message": message}
     if task:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grpo_doctor.logs import gpu_faults, nccl_ras, torchrun
+from grpo_doctor.logs import exit_lines, gpu_faults, nccl_ras, torchrun
 from grpo_doctor.logs.chunk_keywords import KeywordHits
 from grpo_doctor.logs.detectors import JOIN_SPECS, detect, is_hot
 from grpo_doctor.logs.joiner import Joined, Joiner
@@ -43,6 +43,7 @@ from grpo_doctor.logs.kinds import (
     NCCL_TIMEOUT,
     NCCL_WATCHDOG_STATUS,
     PYTHON_TRACEBACK,
+    WORKER_DIED,
     complete_fields,
 )
 from grpo_doctor.logs.lines import CHUNK_BYTES, iter_chunks, line_at
@@ -99,6 +100,8 @@ class LineScanner:
         self._wrap: tuple[str, int | None, str, int, int] | None = None  # (source, rank, text, index, pieces)
         self._raw_chars = 0  # the length of the line being read, prefixes included (a terminal wraps those too)
         self._raw_line = ""  # the line being read, prefixes included (a syslog prefix names the host)
+        self._line_before = ""  # the line before it, raw (a pod's "Exit Code:" stands under its "Reason:")
+        self._launcher_tb = False  # the traceback whose exception line is being read ran in a launcher
 
     def feed(self, line: str) -> list[Signature]:
         """The signatures `line` completes (the next line of the log; a trailing newline is fine)."""
@@ -112,6 +115,7 @@ class LineScanner:
         previous, self._previous = self._previous, line
         self._raw_chars = len(line)
         self._raw_line = line
+        self._line_before = previous
         bare = not source and len(message) == len(line.rstrip("\r\n"))  # no prefix at all: maybe a wrap's piece
         if self._wrap is not None:
             if self._joiner.held:  # a message the joiner knows how to finish: its reading wins
@@ -216,8 +220,10 @@ class LineScanner:
             if status == CONSUMED:
                 return
             if status == FINISHED:  # an exception line: scan it whatever it holds
+                self._launcher_tb = any(word in frame for frame in tb.frames for word in exit_lines.LAUNCHER_FRAMES)
                 self._end_traceback(source, out)
                 self._detect(source, rank, text, out)
+                self._launcher_tb = False
                 return
             if tb.given_up:
                 self._end_traceback(source, out)
@@ -300,7 +306,7 @@ class LineScanner:
 
     def _emit(self, kind: str, rank: int | None, index: int, text: str, found: dict[str, Any] | None,
               out: list[Signature]) -> None:
-        if found is None:
+        if found is None or not self._in_context(kind, found):
             return
         fields = complete_fields(kind, found)
         if kind == GPU_FAULT and fields["node"] is None and index == self._index:
@@ -319,6 +325,15 @@ class LineScanner:
                 self._seen.clear()
             self._seen.add(key)
         out.append(Signature(kind, rank, index, text.strip()[:_MAX_TEXT_CHARS], fields))
+
+    def _in_context(self, kind: str, found: dict[str, Any]) -> bool:
+        """Whether an exit line that says a failure only in its context has it: a CalledProcessError under
+        a launcher's traceback (or naming a launcher), a pod's "Exit Code:" under its "Reason:"."""
+        if kind != WORKER_DIED:
+            return True
+        if found.get("launcher") is False and not self._launcher_tb:
+            return False
+        return not found.get("pod_line") or "Reason:" in self._line_before or "State:" in self._line_before
 
     def _emit_entries(self, entries: list[tuple[dict[str, Any], int, str]], out: list[Signature],
                       kind: str = CHILD_FAILED) -> None:
