@@ -58,7 +58,10 @@ def read_console_metrics(path: Path, max_bytes: int | None = None) -> list[Metri
             logs.append(log)
     # Where a framework's own lines were read, the general reader's records are the same steps printed
     # another way (a W&B summary at the end, a trainer's own step banner): judged once, from the exact reader.
-    return logs or _text_logs(path, text_reader.records)
+    logs = logs or _text_logs(path, text_reader.records)
+    if not logs and text_reader.unjudged:
+        logs = [MetricLog(path=path, source=TEXT, format="metric-lines", unjudged_rows=text_reader.unjudged)]
+    return logs
 
 
 def _text_logs(path: Path, records: list[Record]) -> list[MetricLog]:

@@ -138,6 +138,10 @@ def _describe_path(ev: Evidence, path: Path) -> InputSummary:
             recognised.append(f"{len(log.steps)} metric row(s) ({fmt})")
             metric_rows += len(log.steps) + len(log.completions)
             areas.add("rollouts")
+        elif _under(log.path, path) and log.unjudged_rows:
+            recognised.append(f"{log.unjudged_rows} step metric row(s) of training without LLM rollouts "
+                              "(episodes: not judged)")
+            metric_rows += log.unjudged_rows
     rows += metric_rows
     if ev.probe is not None and any(_under(f, path) for f, _ in [*ev.probe.nodes, *ev.probe.collectives]):
         recognised.append("probe results")

@@ -66,6 +66,9 @@ class MetricLog:
     args: dict[str, Any] = field(default_factory=dict)  # ms-swift args.json: SWIFT_ARGS where present
     # {"step", "metric", "value"} for each NaN / inf loss or grad_norm: in the table NaN also means "not logged"
     nonfinite: list[dict[str, Any]] = field(default_factory=list)
+    # Step records of another kind of training (classic RL's episodes, no LLM rollout) the general reader read
+    # and left unjudged: the log was read, and nothing in it is GRPO's (logs/metric_text.py)
+    unjudged_rows: int = 0
     warnings: list[str] = field(default_factory=list)
 
     @property

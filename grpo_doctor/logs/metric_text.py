@@ -10,7 +10,8 @@ keep their lines; this reader catches the rest, as records of name/number pairs 
 The step is what counts in the record (step, global_step, iter, iteration, an integer epoch), else a
 `Step N` / `Iter N` in the line or in a header line a little above a block, else the record's order.
 Names are mapped onto the metric vocabulary by schema/metric_name_rules.py; a record whose names show no LLM
-rollout (or show episodes: classic RL) keeps only its loss, grad_norm, learning rate and epoch.
+rollout (or show episodes: classic RL) keeps only its loss, grad_norm, learning rate and epoch; one left with
+none of them is counted in `unjudged` (read, and not the tool's to judge), not kept.
 W&B's `Run history:` holds sparklines, no numbers: it is skipped.
 
 Cheap on big logs: a chunk is lowered once and searched for a few words (loss, reward, entropy, grad,
@@ -72,6 +73,7 @@ class MetricTextReader:
 
     def __init__(self) -> None:
         self.records: list[Record] = []
+        self.unjudged = 0  # records of another kind of training (episodes, no LLM rollout): read, not judged
 
     def feed_chunk(self, chunk: bytes) -> None:
         done = 0
@@ -195,10 +197,13 @@ class MetricTextReader:
             mapped = _mapped(name)
             if mapped is not None:
                 metrics.setdefault(mapped, value)
-        if not rollout_names_allowed(name for name, _ in pairs):
+        judged = rollout_names_allowed(name for name, _ in pairs)
+        if not judged:
+            self.unjudged += bool(metrics)
             metrics = {k: v for k, v in metrics.items() if canonical_of(k) in ALWAYS_KEPT}
         if not any(canonical_of(k) in MEASURED or FUNC_STD.match(k) for k in metrics):
             return
+        self.unjudged -= not judged  # its loss or grad norm is judged: counted as a record
         if "epoch" in steps:
             metrics.setdefault("epoch", steps["epoch"])
         step = _step(steps, text)

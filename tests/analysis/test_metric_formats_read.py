@@ -36,6 +36,13 @@ def test_classic_rl_metrics_never_raise_a_finding(name, tmp_path):
     assert _report(DATA / name, tmp_path)["findings"] == []
 
 
+def test_classic_rl_lines_without_a_loss_are_read_and_said_not_judged(tmp_path):
+    """Read means read: an A3C run's reward lines are step metrics of another kind of training, not nothing."""
+    [read] = _report(DATA / "grounding_a3c_lines.log", tmp_path)["inputs"]
+    assert any("without LLM rollouts (episodes: not judged)" in what for what in read["recognised"]), read
+    assert "rollouts" not in read["areas"]  # nothing of GRPO's was judged
+
+
 @pytest.mark.parametrize(("name", "before", "after"), [
     ("mlx_lm_iter_lines.log", "Iter 14: Train loss 0.650", "Iter 14: Train loss nan"),
     ("nemo_rl_training_results.log", "Loss: 0.1032", "Loss: nan"),
