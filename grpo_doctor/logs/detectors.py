@@ -189,6 +189,8 @@ def _detect(text: str) -> list[tuple[str, dict[str, Any]]]:
         found.append((WORKER_DIED, exit_lines.parse_container_exit(text)))
     if "non-zero exit status" in text:
         found.append((WORKER_DIED, exit_lines.parse_subprocess_exit(text)))
+    if "Killed" in text:
+        found.append((WORKER_DIED, exit_lines.parse_shell_killed(text)))
     if "state: DEAD" in text:
         found.append((WORKER_DIED, exit_lines.parse_ray_actor_dead(text)))
     if "by peer" in text:

@@ -12,6 +12,9 @@ Read (wordings from public issues):
         -> worker-died, component "process"; 137 is SIGKILL from outside the container's main process
     subprocess.CalledProcessError: Command '['/usr/bin/python', ...]' returned non-zero exit status 1.
         -> worker-died, component "process" (accelerate launch, and any Python launcher using subprocess)
+    Killed                                  (the shell: its foreground command died of SIGKILL)
+    ./train.sh: line 12: 48211 Killed                  python train.py --bs 64     (bash's job line)
+        -> worker-died, component "process", SIGKILL, a host OOM kill suspected
     ... actor_manager.cc:139: received notification on actor, state: DEAD, actor_id: ..., ip address: ...,
         has creation_task_exception=1
         -> worker-died, component "ray-actor"
@@ -35,7 +38,7 @@ from grpo_doctor.logs.units import signal_name
 # Few and in rare groups: every line of a live job pays for each (docs/benchmarks.md). "xit" is in every exit
 # line read here ("exit code", "Exit Code:", "exit status", "ProcessExitedException: process 0 terminated with
 # signal SIGKILL").
-KEYWORDS = ("xit", "DEAD")
+KEYWORDS = ("xit", "DEAD", "Killed")
 KILL_137 = ("SIGKILL (exit code 137) from outside the process: with Reason OOMKilled the container's memory "
             "limit; with Reason Error an OOM kill of a process inside the container (dmesg on the node: "
             "'Memory cgroup out of memory'), an eviction (kubectl get events: Evicted, node memory pressure) or a "
@@ -58,6 +61,23 @@ _RAY_FAILED = ("creation_task_exception=1", "OUT_OF_MEMORY", "WORKER_DIED", "NOD
                "unexpectedly", "oom_context", "runtime_env_failed", "creation_task_failure")
 _SUBPROCESS = re.compile(r"Command '(.{0,200}?)'? returned non-zero exit status (-?\d+)")
 _RAY_DEAD = re.compile(r"state: DEAD, actor_id: (\w+)(?:, ip address: ([^,\s]+))?")
+
+
+# The whole line is the shell's word (a "Killed" inside a sentence is someone's prose); the localized
+# shells' words ("已杀死", "Getötet") are not ASCII, which the pre-check's keywords must be.
+_SHELL_KILLED = re.compile(r"\s*(?:\S+: line \d+: +(\d+) +)?Killed(?: {2,}(\S.{0,200}?))?\s*")
+
+
+def parse_shell_killed(text: str) -> dict[str, Any] | None:
+    """A shell's report that its command died of SIGKILL: no traceback, so a host OOM kill is suspected."""
+    m = _SHELL_KILLED.fullmatch(text)
+    if m is None:
+        return None
+    found: dict[str, Any] = {"component": "process", "exc_type": "SIGKILL", "signal": "SIGKILL",
+                             "suspected": "host-oom", "message": text.strip()[:300]}
+    if m.group(1):
+        found["pid"] = int(m.group(1))
+    return found
 
 
 def parse_multiprocessing_exit(text: str) -> dict[str, Any] | None:

@@ -217,6 +217,8 @@ def _hints(signal: str | None, exitcode: int | None, info: dict[str, Any] | None
     if info.get("component") == "ray-actor":
         raised = str(info.get("exc_type") or "").startswith("error in ") or "creation task" in str(info.get("message"))
         return (HINTS[0],) if raised else (HINT_ACTOR, HINTS[0])  # its own Python error, not a dead process
+    if info.get("component") == "process" and info.get("exc_type") == "SIGKILL":
+        return (HINTS[1], HINTS[0])  # the shell's "Killed", no traceback: the OOM killer first
     if info.get("component") in ("process", "launcher", "child-process", "launcher-signal"):
         return (HINTS[0], HINTS[2])
     if info.get("component"):
