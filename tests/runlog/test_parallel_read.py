@@ -1,4 +1,5 @@
 import threading
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
@@ -35,6 +36,10 @@ def pools(monkeypatch):
 
     monkeypatch.setattr(parallel_read, "ProcessPoolExecutor", CountingPool)
     monkeypatch.setattr(parallel_read.os, "cpu_count", lambda: 2)
+    # The test runner's own threads (a pytest-xdist worker runs execnet's I/O thread) are counted out,
+    # so that the reader forks, or refuses to beside a thread the test starts, as under plain pytest.
+    runner_threads, count = threading.active_count() - 1, threading.active_count
+    monkeypatch.setattr(parallel_read, "threading", SimpleNamespace(active_count=lambda: count() - runner_threads))
     return started
 
 
