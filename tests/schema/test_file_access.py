@@ -30,6 +30,7 @@ ALLOWED = {
     "supervisor/live_scan.py": {".open"},  # signatures.jsonl, appended
     "supervisor/watch.py": {".open"},  # watch-errors.log, appended
     "supervisor/sampler.py": {"open"},  # samples.jsonl, appended
+    "supervisor/fleet.py": {".open"},  # the fleet channel's connect (fleet_channel.StoreChannel.open): no file
     "supervisor/run_files.py": {"open"},  # lock files
     "supervisor/stacks.py": {"open", "read_text"},  # py-spy's stdout; /proc/PID/status
     "cli/main.py": {"os.open"},  # /dev/null over a closed stdout

@@ -19,7 +19,8 @@ reregistration", port active, LID / GID / SM / P_Key change) are benign and not 
 Evidence keys: `error_kind`, `error_codes` (ncclXxxError names), `details` (NCCL's error text),
 `messages` (Last error / WARN messages, distinct, at most `Config.max_messages`), `addresses`
 (peers as "address<port>"), `peers` (their host part), `bad_interface` (bool), `cuda_errors`,
-`nccl_versions`, `pids` (NCCL's own host:pid header), `num_reports`, `sources` (log files).
+`nccl_versions`, `pids` (NCCL's own host:pid header), `num_reports`, `sources` (log files), `peer_departed`
+(the peer went: a remote-peer error or NCCL's words; incidents.py puts such an error after its cause).
 
 Also every `nccl-error` problem `grpo-doctor probe` found before training (its
 `probe/` files): evidence keys `source` ("probe"), `probe_file`, `message`, `nodes`.
