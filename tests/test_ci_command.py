@@ -21,6 +21,5 @@ def test_ci_runs_the_readme_test_command_and_it_lints_type_checks_and_tests_ever
     assert ci_lines == [command]
     steps = command.split(" && ")
     assert ".venv/bin/ruff check ." in steps and ".venv/bin/mypy" in steps
-    # The last step runs every test, in two workers (docs/testing.md): no marker or path narrows it
-    # to the quick tier.
-    assert steps[-1] == ".venv/bin/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile"
+    # The last step runs every test (docs/testing.md): no marker or path narrows it to the quick tier.
+    assert steps[-1] == ".venv/bin/python -m pytest -q -p no:cacheprovider"
