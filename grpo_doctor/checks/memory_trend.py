@@ -92,6 +92,15 @@ CAPACITY_NAMES = {"gpu-total": "card", "ram": "host's RAM", "cgroup-memory-max":
                   "rlimit-as": "address-space limit (RLIMIT_AS)"}
 
 
+def sampled_gpu_component(pid: int | None, pid_rank: int | None) -> tuple[str, str]:
+    """From watch's samples, the card's fastest-growing process: (a key of WHERE, the words naming it)."""
+    if pid is None:
+        return "gpu-used", ""
+    if pid_rank is not None:
+        return "gpu-used", f" (rank {pid_rank}'s process, pid {pid})"
+    return "other-processes", f" (pid {pid}, no rank: the rollout engine or another job)"
+
+
 def gpu_component(card_slope: float, split: dict[str, float | None], component_share: float) -> str:
     """Which part of a card's growth is the cause, from the window slopes of `split` ("allocated",
     "reserved", "other": the card's used memory less the trainer's reserved); a key of WHERE."""

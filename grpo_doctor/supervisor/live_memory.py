@@ -42,6 +42,7 @@ from grpo_doctor.checks.memory_trend import (
     memory_growth_check,
     projection_text,
     rate_text,
+    sampled_gpu_component,
     window_slope,
 )
 from grpo_doctor.schema import End, Error, Header, Memory, Step
@@ -346,12 +347,7 @@ class LiveMemory:
             slopes = {p: s for p, s in slopes.items() if s is not None}
             pid = max(slopes, key=lambda p: slopes[p]) if slopes else None
             pid_rank = self._pid_rank.get(pid) if pid is not None else None
-            if pid is None:
-                component, who = "gpu-used", ""
-            elif pid_rank is not None:
-                component, who = "gpu-used", f" (rank {pid_rank}'s process, pid {pid})"
-            else:
-                component, who = "other-processes", f" (pid {pid}, no rank: the rollout engine or another job)"
+            component, who = sampled_gpu_component(pid, pid_rank)
             ranks = tuple(sorted(r for p, r in self._pid_rank.items() if p in slopes))
             title = (f"memory grows {rate_text(ev)} on GPU {key[1]} of {self.host}{who}"
                      f"{projection_text(ev, CAPACITY_NAMES['gpu-total'])}")

@@ -58,6 +58,7 @@ from grpo_doctor.checks.memory_trend import (
     memory_growth_check,
     projection_text,
     rate_text,
+    sampled_gpu_component,
     window,
     window_slope,
 )
@@ -319,12 +320,7 @@ def _gpu_from_samples(host: str, index: int, group: pd.DataFrame, rank_of_pid: d
     slopes = _process_slopes(group, per, trend, ev["num_points"])
     pid = max(slopes, key=lambda p: slopes[p]) if slopes else None
     pid_rank = rank_of_pid.get((host, pid)) if pid is not None else None
-    if pid is None:
-        component, who = "gpu-used", ""
-    elif pid_rank is not None:
-        component, who = "gpu-used", f" (rank {pid_rank}'s process, pid {pid})"
-    else:
-        component, who = "other-processes", f" (pid {pid}, no rank: the rollout engine or another job)"
+    component, who = sampled_gpu_component(pid, pid_rank)
     ranks = tuple(sorted({r for (h, _), r in rank_of_pid.items() if h == host and _ in slopes}))
     yield Finding(
         id=ID, severity=found["severity"], ranks=ranks, hosts=(host,), step=None,
