@@ -17,8 +17,8 @@ multi-node job it is only unique per node. A Slurm label is the task id, which i
 only when srun starts one task per rank (not when it starts one torchrun per node).
 
 Typical use:
-    rank, message = strip_prefix("[rank3]:[E1218 10:01:02.123456 123 ProcessGroupNCCL.cpp:629] [Rank 3] Watchdog ...")
-    assert (rank, message) == (3, "[Rank 3] Watchdog ...")
+    line = split_prefix("[rank3]:[E1218 10:01:02.123456 123 ProcessGroupNCCL.cpp:629] [Rank 3] Watchdog ...")
+    assert (line.rank, line.message) == (3, "[Rank 3] Watchdog ...")
     split_prefix("(WorkerDict pid=77) [rank1]: boom").source  # "(WorkerDict pid=77)[rank1]"
 """
 from __future__ import annotations
@@ -79,12 +79,6 @@ class LinePrefix(NamedTuple):
     rank: int | None
     source: str
     message: str
-
-
-def strip_prefix(line: str) -> tuple[int | None, str]:
-    """`(rank, message)`: the line without its prefixes and the rank they name, if any."""
-    rank, _source, message = split_prefix_tuple(line)
-    return rank, message
 
 
 def split_prefix(line: str) -> LinePrefix:

@@ -15,7 +15,6 @@ Typical use:
     sampler.latest(1)    # ProcSample(rank=1, pid=4102, state="sleeping", cpu_pct=0.0, ...)
     sampler.drain()      # every sample taken since the last drain (watch's live memory-growth)
     sampler.stop()
-    samples = load_samples(run_paths.supervisor / host / "samples.jsonl")
 """
 from __future__ import annotations
 
@@ -34,13 +33,11 @@ import psutil
 
 from grpo_doctor.host.nvml import Nvml, NvmlError
 from grpo_doctor.schema import SCHEMA_VERSION
-from grpo_doctor.schema.safe_read import read_text
 
 NO_NVML_MESSAGE = "GPU sampling off: no NVIDIA driver (NVML unavailable)"
 # A CPU figure over a shorter interval is noise: psutil's CPU times tick every 10 ms, so a
 # process sampled just after it was found reads 0 % even while it spins.
 MIN_CPU_INTERVAL_S = 0.2
-MAX_SAMPLES_BYTES = 2**30  # load_samples reads samples.jsonl whole (the report reads it line by line)
 UNREADABLE = "unreadable"  # alive, but /proc does not show it to us (hidepid)
 GONE = "gone"  # the state of a process that no longer exists (or whose pid now names another one)
 MAX_UNDRAINED = 4096  # samples kept for drain() (watch's live memory rule); the oldest go past this
@@ -119,19 +116,6 @@ _KINDS: dict[str, type] = {GpuSample.KIND: GpuSample, ProcSample.KIND: ProcSampl
 
 def sample_from_dict(data: Mapping[str, Any]) -> Sample:
     return _KINDS[data["kind"]].from_dict(data)
-
-
-def load_samples(path: Path) -> list[Sample]:
-    """Samples of a samples.jsonl; a last line torn by a killed supervisor is left out."""
-    lines = read_text(path, cap=MAX_SAMPLES_BYTES).splitlines()  # never a FIFO or a device (schema/safe_read.py)
-    out = []
-    for i, line in enumerate(lines):
-        try:
-            out.append(sample_from_dict(json.loads(line)))
-        except json.JSONDecodeError:
-            if i != len(lines) - 1:
-                raise
-    return out
 
 
 def _common(sample: Sample) -> dict[str, Any]:

@@ -3,7 +3,13 @@ from __future__ import annotations
 
 import pytest
 
-from grpo_doctor.logs.prefixes import split_prefix, strip_prefix
+from grpo_doctor.logs.prefixes import split_prefix
+
+
+def strip_prefix(line: str) -> tuple[int | None, str]:
+    """The rank and message split_prefix gives, the two most of these cases check."""
+    parts = split_prefix(line)
+    return parts.rank, parts.message
 
 ESC = "\x1b"
 

@@ -11,6 +11,7 @@ import time
 import psutil
 import pytest
 from helpers import clean_env
+from sample_files import load_samples
 
 from grpo_doctor.host.nvml import GpuProcess, Nvml, NvmlError, XidEvent
 from grpo_doctor.supervisor.sampler import (
@@ -18,7 +19,6 @@ from grpo_doctor.supervisor.sampler import (
     GpuSample,
     ProcSample,
     Sampler,
-    load_samples,
     shows_work,
 )
 

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 from helpers import clean_env, free_port, still_alive, tree_pids, write_program
+from sample_files import load_samples
 
 from grpo_doctor.supervisor.childenv import child_environment
-from grpo_doctor.supervisor.sampler import ProcSample, load_samples
+from grpo_doctor.supervisor.sampler import ProcSample
 from grpo_doctor.supervisor.watch import HANG_EXIT
 
 
