@@ -11,7 +11,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-from grpo_doctor.schema import RunPaths
 from grpo_doctor.schema.probe_results import (  # noqa: F401  (the probe's modules import them from here)
     PORT_FREE,
     PORT_IN_USE,
@@ -27,10 +26,6 @@ from grpo_doctor.schema.probe_results import (  # noqa: F401  (the probe's modul
     Problem,
 )
 from grpo_doctor.schema.safe_write import write_file
-
-
-def probe_dir(run_dir: Path) -> Path:
-    return RunPaths(Path(run_dir)).probe
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
