@@ -46,6 +46,9 @@ _KERNEL = re.compile(
     r"Killed process (\d+) \(([^)]*)\)(?:,? total-vm:(\d+)kB, anon-rss:(\d+)kB(?:, file-rss:(\d+)kB)?"
     r"(?:, shmem-rss:(\d+)kB)?)?"
 )
+# A terminal that pads a long line at a fixed width and wraps it leaves a run of spaces inside a number
+# or a word ("total-vm:53312244<spaces>kB", "f<spaces>ile-rss"); removing the run gives the line back.
+_TERMINAL_PADDING = re.compile(r" {16,}")
 _RAY = re.compile(
     r"Memory on the node(?: \(IP: (?P<ip>[^,)]+)(?:, ID: [^)]*)?\))?(?: where the (?:task|actor) (?:\((?P<task>.*?)\) )?"
     r"was running)? was (?P<used>\d+(?:\.\d+)?)\s*GB\s*/\s*(?P<total>\d+(?:\.\d+)?)\s*GB \((?P<frac>\d+(?:\.\d+)?)\),?\s*which exceeds"
@@ -112,7 +115,9 @@ def parse_cuda_oom(text: str) -> dict[str, Any] | None:
 
 
 def parse_kernel_oom(text: str) -> dict[str, Any] | None:
-    """The OOM killer's `Killed process PID (NAME) total-vm:...kB, anon-rss:...kB, ...` line."""
+    """The OOM killer's `Killed process PID (NAME) total-vm:...kB, anon-rss:...kB, ...` line, also
+    as a terminal padded and wrapped it (the pid and the sizes kept)."""
+    text = _TERMINAL_PADDING.sub("", text)
     m = _KERNEL.search(text)
     if m is None:
         return None

@@ -62,6 +62,17 @@ _MAX_SEEN = 100_000
 # the padding holds a keyword (a right-aligned source location, as Rich prints it, stays).
 _PAD = " " * 24
 _PADDING = re.compile(r"(?<=\S) {24,}(?=\S)")
+# A prefixed line whose message is only c10d's rank tag ("[Rank 0]", "[PG 0 Rank") states nothing
+# whatever its length: a paste wrapped at a narrow width put the rest of the message on the next line.
+_RANK_TAG_ONLY = re.compile(r"\[(?:PG\b[^\]]{0,80}? )?Rank(?: \d+\]?)?$")
+
+
+def _tagged_rank(previous: str) -> int | None:
+    """The rank of the line before when it was only a prefix and c10d's rank tag: the line after it,
+    bare, is the rest of that message (a paste wrapped at a narrow width)."""
+    rank, _source, message = split_prefix_tuple(previous)
+    tagged = rank is not None and len(message) < 100 and _RANK_TAG_ONLY.match(message.strip()) is not None
+    return rank if tagged else None
 
 
 @dataclass(frozen=True)
@@ -117,6 +128,8 @@ class LineScanner:
         self._raw_line = line
         self._line_before = previous
         bare = not source and len(message) == len(line.rstrip("\r\n"))  # no prefix at all: maybe a wrap's piece
+        if bare and rank is None:
+            rank = _tagged_rank(previous)
         if self._wrap is not None:
             if self._joiner.held:  # a message the joiner knows how to finish: its reading wins
                 self._wrap = None
