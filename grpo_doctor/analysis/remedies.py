@@ -179,25 +179,6 @@ def vllm_shares() -> str:
             f"{VERL} {default(VERL, 'actor_rollout_ref.rollout.gpu_memory_utilization')}")
 
 
-def launch_differences(run: Any) -> set[str]:
-    """The launch settings the evidence shows differing between hosts (what `config-mismatch` reports:
-    rank headers' settings by name, "probe" for a difference `grpo-doctor probe` found)."""
-    from grpo_doctor.analysis.rules import config_mismatch  # late: the rules import this module
-
-    found: set[str] = set()
-    try:
-        for finding in config_mismatch.check(run, config_mismatch.Config()):
-            found |= set(finding.evidence.get("differences") or {}) or {"probe"}
-    except Exception:  # noqa: BLE001 - a hint choice must never cost the finding it belongs to
-        return set()  # config-mismatch's own failure is reported by run_rules
-    return found
-
-
-def launch_settings_differ(run: Any) -> bool:
-    """Only then do hints tell the user to make every node's launch identical."""
-    return bool(launch_differences(run))
-
-
 _PARAM_OFFLOAD = "actor_rollout_ref.actor.fsdp_config.param_offload"
 _OPTIMIZER_OFFLOAD = "actor_rollout_ref.actor.fsdp_config.optimizer_offload"
 

@@ -71,7 +71,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from grpo_doctor.analysis.rule_settings import rule_configs
+    from grpo_doctor.report.rule_settings import rule_configs
 
     out_dir, html_path, md_path = args.out, args.html, args.md
     fmt = _format(args)

@@ -48,10 +48,10 @@ def build_report(paths: list, out_dir: Path | None = None, configs: dict | None 
     from grpo_doctor.analysis.coverage import describe_coverage
     from grpo_doctor.analysis.findings import FindingsFile
     from grpo_doctor.analysis.load import load_evidence
-    from grpo_doctor.analysis.rule_settings import changed_settings
     from grpo_doctor.analysis.rules import run_rules
     from grpo_doctor.report.markdown import render_markdown
     from grpo_doctor.report.render import render_report
+    from grpo_doctor.report.rule_settings import changed_settings
     from grpo_doctor.runlog.decode import paused_gc
 
     inputs = [str(p) for p in paths]

@@ -6,9 +6,9 @@ from types import SimpleNamespace
 import pytest
 from rolloutdata import DOCS, healthy_metrics, metrics_run
 
-from grpo_doctor.analysis.rule_settings import RuleSettingsError, field_types, rule_configs
 from grpo_doctor.analysis.rules import RULES, dead_step
 from grpo_doctor.cli.main import main
+from grpo_doctor.report.rule_settings import RuleSettingsError, field_types, rule_configs
 
 DEAD = {"loss": 0.0, "reward": 1.0, "reward_std": 0.0, "frac_reward_zero_std": 1.0, "grad_norm": 0.0, "kl": 0.0}
 NUM_DEAD = dead_step.Config().min_consecutive_steps  # exactly enough to fire with the default

@@ -106,10 +106,10 @@ def test_an_error_of_any_part_is_one_line_and_a_hint_with_status_2(tmp_path):
 
 
 def test_every_user_facing_error_is_a_doctor_error():
-    from grpo_doctor.analysis.rule_settings import RuleSettingsError
     from grpo_doctor.cli.errors import UserError
     from grpo_doctor.logs.flight_recorder import FlightDumpError
     from grpo_doctor.probe.settings import SettingsError
+    from grpo_doctor.report.rule_settings import RuleSettingsError
     from grpo_doctor.runlog.eventlog import RunDirError
     from grpo_doctor.schema.errors import DoctorError
     from grpo_doctor.supervisor.launch import LaunchError

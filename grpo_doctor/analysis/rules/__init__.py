@@ -64,7 +64,7 @@ def run_rules(evidence: Evidence, rules: list[ModuleType] | None = None,
     """Every rule's findings, grouped into incidents (analysis/incidents.py: each root cause first, its
     consequences after it, incidents most severe first), and the warnings: the evidence's own, and one per
     rule that failed (a broken rule must not hide what the others found). `configs` ({rule id:
-    Config}, from analysis/rule_settings.py) replaces the default thresholds of the rules it names."""
+    Config}, from report/rule_settings.py) replaces the default thresholds of the rules it names."""
     findings: list[Finding] = []
     warnings = list(evidence.warnings)
     for rule in RULES if rules is None else rules:

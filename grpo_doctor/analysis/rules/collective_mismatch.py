@@ -40,6 +40,7 @@ from grpo_doctor.analysis import remedies
 from grpo_doctor.analysis.collective_sites import SiteMismatch, mismatched_sites
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.hang_stacks import hang_captures, main_frames
+from grpo_doctor.analysis.launch_settings import differing_settings
 from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.analysis.rank_progress import collective_failures, rank_positions
 from grpo_doctor.checks.stack_groups import collective_call
@@ -248,7 +249,7 @@ def _mismatch_finding(run: Evidence, cfg: Config, group: GroupMatch, files: list
 
 
 def _launch(run: Evidence) -> tuple[str, ...]:
-    return (HINT_LAUNCH,) if remedies.launch_settings_differ(run) else ()
+    return (HINT_LAUNCH,) if differing_settings(run.headers, run.probe) else ()
 
 
 def _variants(m: CollectiveMismatch) -> dict[str, list[int]]:

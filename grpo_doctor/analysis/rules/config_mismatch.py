@@ -1,9 +1,9 @@
 """`config-mismatch`: launch settings differ between hosts (CASES.md case 1: ranks take different code
 paths and wait in different collectives; case 3: unequal GPUs per node).
 
-Compared per host (the first rank's header on each host): NNODES, NPROC_PER_NODE, WORLD_SIZE,
-MASTER_ADDR, MASTER_PORT, every NCCL_* variable, the number of CUDA_VISIBLE_DEVICES and the
-local world size. Evidence keys: `differences` ({setting: {host: value}}; None = not set).
+Compared per host (the first rank's header on each host, analysis/launch_settings.py): NNODES,
+NPROC_PER_NODE, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, every NCCL_* variable, the number of
+CUDA_VISIBLE_DEVICES and the local world size. Evidence keys: `differences` ({setting: {host: value}}; None = not set).
 
 Also every `config-mismatch` problem `grpo-doctor probe` found before training (its
 `probe/` files): evidence keys `source` ("probe"), `probe_file`, `message`, `nodes`.
@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from grpo_doctor.analysis.findings import Finding
+from grpo_doctor.analysis.launch_settings import PREFIXES, SETTINGS, differences_of, per_host_settings
 from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.analysis.probe_evidence import probe_findings
 
@@ -31,30 +32,14 @@ CRITICAL_SETTINGS = ("NNODES", "NPROC_PER_NODE", "WORLD_SIZE", "MASTER_ADDR", "M
 
 @dataclass(frozen=True)
 class Config:
-    settings: tuple[str, ...] = ("NNODES", "NPROC_PER_NODE", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-    prefixes: tuple[str, ...] = ("NCCL_",)  # every variable with one of these prefixes is compared too
+    settings: tuple[str, ...] = SETTINGS
+    prefixes: tuple[str, ...] = PREFIXES  # every variable with one of these prefixes is compared too
 
 
 def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
     yield from probe_findings(run.probe, ID)
-    per_host: dict[str, dict[str, object]] = {}
-    ranks_of: dict[str, list[int]] = {}
-    for rank, header in run.headers.items():
-        ranks_of.setdefault(header.host, []).append(rank)
-        if header.host in per_host:
-            continue
-        launch = header.launch or {}
-        values: dict[str, object] = {k: launch.get(k) for k in cfg.settings}
-        values |= {k: v for k, v in launch.items() if k.startswith(cfg.prefixes)}
-        cvd = launch.get("CUDA_VISIBLE_DEVICES")
-        values["CUDA_VISIBLE_DEVICES (count)"] = len([d for d in cvd.split(",") if d.strip()]) if cvd else None
-        values["local_world_size"] = header.local_world_size
-        per_host[header.host] = values
-    if len(per_host) < 2:
-        return
-    keys = sorted({k for values in per_host.values() for k in values})
-    differences = {k: {h: v.get(k) for h, v in per_host.items()} for k in keys
-                   if len({repr(v.get(k)) for v in per_host.values()}) > 1}
+    per_host, ranks_of = per_host_settings(run.headers, cfg.settings, cfg.prefixes)
+    differences = differences_of(per_host)
     if not differences:
         return
     critical = any(k in CRITICAL_SETTINGS for k in differences)

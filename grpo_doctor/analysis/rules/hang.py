@@ -45,6 +45,7 @@ from grpo_doctor.analysis.collective_sites import mismatched_sites
 from grpo_doctor.analysis.culprit_kind import CulpritKind, classify
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.hang_stacks import culprit_evidence, hang_captures, main_frames
+from grpo_doctor.analysis.launch_settings import differing_settings
 from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.analysis.parallel_layout import HINTS as LAYOUT_HINTS
 from grpo_doctor.analysis.parallel_layout import place
@@ -119,7 +120,7 @@ def hints_for(run: Evidence, kind: CulpritKind | None = None, rank: int | None =
     - probing the connectivity between nodes only where the run spans more than one host."""
     first = kind_hint(kind, rank if rank is not None else "N")
     stacks = () if first is not None and stack_shown else (HINT_STACKS,)
-    launch = (HINT_LAUNCH,) if remedies.launch_settings_differ(run) else ()
+    launch = (HINT_LAUNCH,) if differing_settings(run.headers, run.probe) else ()
     fr = (HINT_FR,) if _flight_recorder_can_help(run, flight_recorder_files) else ()
     probe = () if _one_host(run) else (HINT_PROBE,)
     return (*((first,) if first else ()), *stacks, *launch, *fr, HINT_TIMEOUT, *probe)

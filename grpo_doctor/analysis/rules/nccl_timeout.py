@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from grpo_doctor.analysis import remedies
 from grpo_doctor.analysis.findings import Finding
+from grpo_doctor.analysis.launch_settings import differing_settings
 from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.logs.kinds import NCCL_TIMEOUT, NCCL_WATCHDOG_STATUS, NCCL_WATCHDOG_STUCK
 from grpo_doctor.schema.ranks import format_ranks
@@ -98,7 +99,7 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
         if desync:
             title = (f"NCCL timeout with desynchronised ranks: sequence numbers "
                      f"{', '.join(f'rank {r}: {s}' for r, s in sorted(seqs.items()))}")
-            launch = (HINT_LAUNCH,) if remedies.launch_settings_differ(run) else ()
+            launch = (HINT_LAUNCH,) if differing_settings(run.headers, run.probe) else ()
             hints = (HINT_DESYNC, *launch, HINT_FR, timeout_hint(first.get("timeout_ms")))
         else:
             what = f"NCCL {op or 'collective'}" + (f" #{first.get('seq')}" if first.get("seq") is not None else "")

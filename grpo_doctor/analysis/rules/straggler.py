@@ -42,6 +42,7 @@ import numpy as np
 
 from grpo_doctor.analysis import remedies
 from grpo_doctor.analysis.findings import Finding
+from grpo_doctor.analysis.launch_settings import differing_settings
 from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.analysis.parallel_layout import HINT_GROUP_LINKS, place
 from grpo_doctor.analysis.probe_evidence import probe_findings
@@ -116,7 +117,7 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
                 "ratio": round(med / others, 2) if others else None, "late_s": round(late_s, 3),
                 "step_median_s": round(step_s, 3), "num_samples": int(row["count"])}
     # "same GPUs on every node" only where the evidence shows the nodes' GPU counts differ
-    uneven = bool(remedies.launch_differences(run) & GPU_COUNT_SETTINGS)
+    uneven = bool(differing_settings(run.headers, run.probe) & GPU_COUNT_SETTINGS)
     nodes_hint = (HINT_NODES,) if uneven else ()
     hints = nodes_hint + (HINT_GPU, HINT_PHASES)
     ranks_of_host = _ranks_by_host(done)
