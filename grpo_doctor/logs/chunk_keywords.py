@@ -18,9 +18,11 @@ same hits (a test compares them on every fixture and the corpus):
 `GRPO_DOCTOR_KEYWORD_ENGINE=re` in the environment (read at import) keeps the stdlib engine even
 where hyperscan is installed: to compare the two, or to step around a broken build of it.
 
-A hit is exactly a keyword's occurrence: keywords are ASCII, and UTF-8 decoding (with
-"replace") neither makes nor breaks a run of ASCII bytes, so `is_hot(line)` is true exactly
-when the line's bytes hold a hit.
+A hit is exactly a keyword's occurrence: keywords are ASCII or whole UTF-8 characters (the zh_CN
+shell's "已杀死"), and UTF-8 decoding (with "replace") neither makes nor breaks a run of ASCII
+bytes or of valid multi-byte characters (an invalid byte before one is replaced on its own: a
+lead byte is never a continuation byte), so `is_hot(line)` is true exactly when the line's bytes
+hold a hit.
 
 Typical use:
     hits = KeywordHits(chunk)
@@ -40,11 +42,12 @@ from grpo_doctor.logs.detectors import KEYWORDS
 # (counted over the benchmark's log and tests/data), then "C" and "k", each shared by several
 # keywords (NCCL WARN, NCCL error, Root Cause; Traceback, ocket, blocks, took), then "h" for
 # atchdog, then "D" (DistStoreError, ActorDiedError, EngineDeadError), "H" (Heartbeat monitor)
-# and "*" ("*** SIGABRT received ..."). A pass costs ~0.35 ns a byte, more than a fairly common
+# and "*" ("*** SIGABRT received ..."), and 0x9D, the middle byte of "杀" (E6 9D 80) for the zh_CN
+# shell's "已杀死": a pass of memchr over an ASCII log that finds nothing. A pass costs ~0.35 ns a byte, more than a fairly common
 # anchor adds, so few passes with anchors such as "k" ("[rankN]:" has one) beat more with rarer
 # ones (docs/benchmarks.md); a keyword without an anchor would cost a whole pass of its own, so
 # detectors.KEYWORDS spells every keyword with one (a test checks).
-RARE_BYTES = b"jzxyCKFkhDH*"
+RARE_BYTES = b"jzxyCKFkhDH*\x9d"
 
 Search = Callable[[bytes, int], int]  # (chunk, offset) -> offset of the next hit, or -1
 ENGINE_VARIABLE = "GRPO_DOCTOR_KEYWORD_ENGINE"
@@ -55,7 +58,7 @@ def build_searches(keywords: Iterable[str]) -> tuple[Search, ...]:
     anchored: dict[int, list[bytes]] = {}
     whole: list[bytes] = []
     for keyword in keywords:
-        raw = keyword.encode("ascii")
+        raw = keyword.encode("utf-8")
         anchor = next((byte for byte in RARE_BYTES if byte in raw), None)
         if anchor is None:
             whole.append(raw)
@@ -94,7 +97,7 @@ class HyperscanKeywords:
     def __init__(self, keywords: Iterable[str]) -> None:
         import hyperscan
 
-        raw = [keyword.encode("ascii") for keyword in keywords]
+        raw = [keyword.encode("utf-8") for keyword in keywords]
         self._new_scratch = hyperscan.Scratch
         self._db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
         self._db.compile(expressions=raw, ids=list(range(len(raw))), elements=len(raw), literal=True)

@@ -78,7 +78,7 @@ KEYWORDS = (
 # (rarest in training logs first, counted over the benchmark's log and tests/data). Keywords with
 # one anchor are tested only on lines that hold it, so a line pays one `in` per anchor and a few
 # keyword tests, not one test per keyword (docs/benchmarks.md).
-LINE_ANCHORS = '*HjzK"ADLPCbyxumhk'
+LINE_ANCHORS = '*HjzK"ADLPCbyxumhk杀'
 
 
 def _anchor_groups(keywords: tuple[str, ...]) -> dict[str, list[str]]:
@@ -189,7 +189,7 @@ def _detect(text: str) -> list[tuple[str, dict[str, Any]]]:
         found.append((WORKER_DIED, exit_lines.parse_container_exit(text)))
     if "non-zero exit status" in text:
         found.append((WORKER_DIED, exit_lines.parse_subprocess_exit(text)))
-    if "Killed" in text:
+    if "Killed" in text or "已杀死" in text:
         found.append((WORKER_DIED, exit_lines.parse_shell_killed(text)))
     if "state: DEAD" in text:
         found.append((WORKER_DIED, exit_lines.parse_ray_actor_dead(text)))

@@ -13,6 +13,7 @@ Read (wordings from public issues):
     subprocess.CalledProcessError: Command '['/usr/bin/python', ...]' returned non-zero exit status 1.
         -> worker-died, component "process" (accelerate launch, and any Python launcher using subprocess)
     Killed                                  (the shell: its foreground command died of SIGKILL)
+    已杀死                                   (the same in a zh_CN locale)
     ./train.sh: line 12: 48211 Killed                  python train.py --bs 64     (bash's job line)
         -> worker-died, component "process", SIGKILL, a host OOM kill suspected
     ... actor_manager.cc:139: received notification on actor, state: DEAD, actor_id: ..., ip address: ...,
@@ -38,7 +39,7 @@ from grpo_doctor.logs.units import signal_name
 # Few and in rare groups: every line of a live job pays for each (docs/benchmarks.md). "xit" is in every exit
 # line read here ("exit code", "Exit Code:", "exit status", "ProcessExitedException: process 0 terminated with
 # signal SIGKILL").
-KEYWORDS = ("xit", "DEAD", "Killed")
+KEYWORDS = ("xit", "DEAD", "Killed", "已杀死")
 KILL_137 = ("SIGKILL (exit code 137) from outside the process: with Reason OOMKilled the container's memory "
             "limit; with Reason Error an OOM kill of a process inside the container (dmesg on the node: "
             "'Memory cgroup out of memory'), an eviction (kubectl get events: Evicted, node memory pressure) or a "
@@ -63,9 +64,9 @@ _SUBPROCESS = re.compile(r"Command '(.{0,200}?)'? returned non-zero exit status 
 _RAY_DEAD = re.compile(r"state: DEAD, actor_id: (\w+)(?:, ip address: ([^,\s]+))?")
 
 
-# The whole line is the shell's word (a "Killed" inside a sentence is someone's prose); the localized
-# shells' words ("已杀死", "Getötet") are not ASCII, which the pre-check's keywords must be.
-_SHELL_KILLED = re.compile(r"\s*(?:\S+: line \d+: +(\d+) +)?Killed(?: {2,}(\S.{0,200}?))?\s*")
+# The whole line is the shell's word (a "Killed" inside a sentence is someone's prose), also in a zh_CN
+# locale ("已杀死", "行 12" for "line 12"); other locales' words are not read yet.
+_SHELL_KILLED = re.compile(r"\s*(?:\S+: (?:line|行) \d+: +(\d+) +)?(?:Killed|已杀死)(?: {2,}(\S.{0,200}?))?\s*")
 
 
 def parse_shell_killed(text: str) -> dict[str, Any] | None:
