@@ -84,17 +84,14 @@ class Recorder:
     # -- hot path ---------------------------------------------------------------------------
 
     def begin_phase(self, name: str, sync: bool, detail: dict[str, Any] | None = None) -> None:
-        """detail: written as the line's extra key "detail" (a collective's group, sequence number and
-        size, from the zero-code instrumentation); readers that do not know it drop it."""
+        """detail: PhaseBegin's `detail` (a collective's group, sequence number and size, from the
+        zero-code instrumentation); the line holds it only when given."""
         stack = self._stack()
         synced = sync and _cuda_sync()
         path = f"{stack[-1][1]}/{name}" if stack else name
         mono = time.monotonic()
         stack.append((name, path, mono, synced))
-        if detail is None:
-            self.sink.enqueue((PhaseBegin, self.current_step, time.time(), mono, (name, path)))
-        else:
-            self.sink.enqueue((PhaseBegin, self.current_step, time.time(), mono, (name, path), detail))
+        self.sink.enqueue((PhaseBegin, self.current_step, time.time(), mono, (name, path, detail)))
 
     def end_phase(self, exc_type, exc) -> None:
         stack = self._stack()
@@ -206,10 +203,7 @@ class Recorder:
         return (self.ident.rank, self.ident.host, self.ident.pid, step, time.time(), time.monotonic())
 
     def _encode(self, raw) -> dict:
-        if len(raw) == 6:  # a phase begin with its detail
-            out = self._encode(raw[:5])
-            out["detail"] = raw[5]
-            return out
+        """A queued tuple's line: (record type, step, t, mono, the type's own fields in declared order)."""
         cls, step, t, mono, extra = raw
         return encode_values(cls, (self.ident.rank, self.ident.host, self.ident.pid, step, t, mono, *extra))
 

@@ -21,6 +21,7 @@ Typical use:
 from grpo_doctor.schema.records import (  # noqa: F401  (the record types are the schema's face)
     DEFAULT_RUNS_ROOT,
     NON_FINITE,
+    OMITTED_WHEN_NONE,
     RECORD_TYPES,
     RUN_DIR_ENV,
     SCHEMA_VERSION,
@@ -43,8 +44,10 @@ from grpo_doctor.schema.records import (  # noqa: F401  (the record types are th
     check_when,
     encode_values,
     field_order,
+    omitted_when_none,
     record_from_dict,
     restore_non_finite,
+    wire_order,
 )
 from grpo_doctor.schema.run_paths import RunPaths, host_dir_name  # noqa: F401
 

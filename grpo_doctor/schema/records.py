@@ -30,6 +30,10 @@ from typing import Any, ClassVar, TypeVar
 
 SCHEMA_VERSION = 1
 
+# A field's metadata key: the field's key is left out of the line while its value is None (a reader
+# then sets the default, None). For a rare field on a kind written millions of times.
+OMITTED_WHEN_NONE = "omitted_when_none"
+
 RUN_DIR_ENV = "GRPO_DOCTOR_RUN_DIR"
 DEFAULT_RUNS_ROOT = "grpo-doctor-runs"
 
@@ -111,13 +115,14 @@ class Header(Record):
 
 @dataclass(frozen=True)
 class PhaseBegin(Record):
-    """Lines written by the zero-code instrumentation (rank/auto/) carry one more key, `detail`: for a
-    collective {"group", "group_size", "seq", "numel", "size_bytes", "async"}, for a rollout {"engine"}.
-    It is no field here (readers drop keys they do not know, and plain phase lines keep the fast path)."""
+    """`detail` is set by the zero-code instrumentation (rank/auto/): for a collective {"group",
+    "group_size", "seq", "numel", "size_bytes", "async"}, for a rollout {"engine"}. A line holds it only
+    where it is set (OMITTED_WHEN_NONE), so plain phase lines stay as short as before it was declared."""
 
     KIND: ClassVar[RecordKind] = RecordKind.PHASE_BEGIN
     phase: str
     path: str  # nested phases joined by "/", e.g. "rollout/generate"
+    detail: dict[str, Any] | None = field(default=None, metadata={OMITTED_WHEN_NONE: True})
 
 
 @dataclass(frozen=True)
@@ -334,14 +339,32 @@ def field_order(cls: type) -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(cls))
 
 
+@cache_by_class
+def omitted_when_none(cls: type) -> tuple[str, ...]:
+    """The fields of a record type whose key a line leaves out while the value is None."""
+    return tuple(f.name for f in dataclasses.fields(cls) if f.metadata.get(OMITTED_WHEN_NONE))
+
+
+@cache_by_class
+def wire_order(cls: type) -> tuple[str, ...]:
+    """The keys of a line as the sink writes it when every OMITTED_WHEN_NONE field is None: the
+    readers' fast path takes a line with exactly these keys."""
+    return ("schema", "kind", *(name for name in field_order(cls) if name not in omitted_when_none(cls)))
+
+
 def encode_values(cls: type[Record], values) -> dict[str, Any]:
     """The on-disk dict of a record given its field values in `field_order`, without building it.
 
     The rank's flush thread encodes queued tuples this way: a frozen dataclass costs several
-    microseconds to construct, and that thread shares the GIL with training.
+    microseconds to construct, and that thread shares the GIL with training. The values must be
+    every declared field, in order (strict: a field added to the declaration but not to the
+    writer's tuple, or the reverse, raises here, not on a reader's machine).
     """
     out: dict[str, Any] = {"schema": SCHEMA_VERSION, "kind": cls.KIND.value}
     out.update(zip(field_order(cls), values, strict=True))
+    for name in omitted_when_none(cls):
+        if out[name] is None:
+            del out[name]
     return out
 
 
@@ -367,6 +390,8 @@ def record_from_dict(data: Any) -> Record | UnknownRecord:
         record = object.__new__(cls)
         for name in order:
             _set_field(record, name, data[name])
+        for name in omitted_when_none(cls):
+            _set_field(record, name, None)
         return record
     missing = _required_names(cls) - data.keys()
     if missing:
@@ -417,7 +442,7 @@ _WIRE_FORMATS: dict[type, tuple[frozenset[str], tuple[str, ...]]] = {}
 
 
 def _wire_format(cls: type) -> tuple[frozenset[str], tuple[str, ...]]:
-    fmt = _WIRE_FORMATS[cls] = (frozenset(("schema", "kind", *field_order(cls))), field_order(cls))
+    fmt = _WIRE_FORMATS[cls] = (frozenset(wire_order(cls)), wire_order(cls)[2:])
     return fmt
 
 

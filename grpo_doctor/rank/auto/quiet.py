@@ -180,10 +180,7 @@ def _write_begin(this: _Open) -> None:
     stack = this.stack
     this.path = f"{stack[-1][1]}/{this.op}" if stack else this.op
     this.written = True
-    if this.detail is None:
-        this.rec.sink.enqueue((PhaseBegin, this.step, this.t, this.mono, (this.op, this.path)))
-    else:
-        this.rec.sink.enqueue((PhaseBegin, this.step, this.t, this.mono, (this.op, this.path), this.detail))
+    this.rec.sink.enqueue((PhaseBegin, this.step, this.t, this.mono, (this.op, this.path, this.detail)))
 
 
 def _phase_attr() -> str:
