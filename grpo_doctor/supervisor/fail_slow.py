@@ -35,6 +35,7 @@ Typical use:
 from __future__ import annotations
 
 import json
+import math
 import re
 import shutil
 import statistics
@@ -63,6 +64,11 @@ BASELINE_WINDOWS = 30
 MAX_SURVEYS = 50  # kept in fail-slow.json; older ones are dropped from it
 ROUND_LEAD_S = 0.6  # a round's thread starts this long before its slot and waits for it: every node at once
 LATE_S = 0.3  # a round not started by this long after its slot's start is skipped (the nodes' looks must coincide)
+# In a fleet a survey's first round is at least this far ahead: its token reaches the other watches through a
+# watch loop, the fleet's publish and read and their watch loop, 2.4 s measured on a loaded 2-core machine. Two
+# slots were the lead before: 5 to 10 s at the default 5 s interval, but 1 to 2 s at 1 s, where the node that
+# heard late joined rounds short and the merged rounds fell below the report's min_rounds (no verdict).
+FLEET_LEAD_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -243,8 +249,9 @@ class FailSlow:
             return self._go_on(self._active, pids, stalled, wall, slot_now)
         if not pids or stalled:
             return lines
-        # In a fleet the first round waits a slot more: the other nodes' watches hear of it in time to join.
-        first = slot_now + (2 if self._fleet else 1)
+        first = slot_now + 1
+        if self._fleet:  # the first round waits until the other nodes' watches have heard of it (FLEET_LEAD_S)
+            first = max(slot_now + 2, math.ceil((wall + FLEET_LEAD_S) / self.settings.interval_s))
         if joined and joined not in self._joined and (plan := self._plan(joined, slot_now)) is not None:
             self._joined.add(joined)
             self._started = True  # the job's start was looked at, on every node at once

@@ -120,3 +120,24 @@ def test_a_slow_link_is_said_once_live_whatever_its_figures_and_a_service_outsid
     assert _links_survey(fail_slow, "api", api) == []
     alone = FailSlow(FailSlowSettings(), "node0", tmp_path / "alone.json", fleet=True)  # no job hosts known
     assert _links_survey(alone, "start", {"10.0.0.2": 0.05, "10.0.0.3": 180.0}) == []
+
+
+def test_a_fleet_survey_starts_late_enough_for_a_node_that_hears_of_it_seconds_later_to_take_every_round(tmp_path):
+    """Before: the first round was two slots ahead, 1 to 2 s at --fail-slow-every 1; node 1's watch, loaded,
+    heard the token 2.4 s later, joined 2 rounds short, and the merged rounds fell below the report's 5."""
+    from grpo_doctor.supervisor.fail_slow import FailSlow, FailSlowSettings
+    settings = FailSlowSettings(interval_s=1.0, rounds=6)
+    now = [1000.2]
+    starter = FailSlow(settings, "node0", tmp_path / "node0.json", clock=lambda: now[0], fleet=True)
+    starter.feed_output(b"step 1\nstep 2\nstep 3\n")
+    assert starter.tick(0.0, {0: 4101}, stalled=False) == [] and starter.token is not None
+    first, planned, _ = starter.token.split(":")
+    now[0] += 2.4  # the token's way to the other node's watch, as measured under load
+    joiner = FailSlow(settings, "node1", tmp_path / "node1.json", clock=lambda: now[0], fleet=True)
+    joiner.tick(0.0, {1: 4102}, stalled=False, joined=starter.token)
+    survey = joiner._active.survey
+    assert (survey.why, joiner._active.first_slot, survey.planned) == ("fleet", int(first), int(planned))
+    alone = FailSlow(settings, "node0", tmp_path / "alone.json", clock=lambda: 1000.2)
+    alone.feed_output(b"step 1\nstep 2\nstep 3\n")
+    alone.tick(0.0, {0: 4101}, stalled=False)
+    assert alone._active.first_slot == 1001  # a single node waits for nobody: its next slot

@@ -44,6 +44,14 @@ def _surveys(path):
         return []
 
 
+def _joined_survey_done(shared, node0) -> bool:
+    """node 1's watch finished the survey it joined for node 0's pace survey (its verdict is written)."""
+    pace = [s for s in _surveys(node0 / "fail-slow.json") if s["why"] == "pace"]
+    node1 = _surveys(shared / "supervisor" / "node1" / "fail-slow.json")
+    return bool(pace) and any(s["why"] == "fleet" and s["verdict"] and s["started_t"] >= pace[-1]["started_t"]
+                              for s in node1)
+
+
 def test_a_throttled_link_between_two_nodes_is_a_slowdown_every_rank_shares_naming_both_hosts(tmp_path):
     shared = tmp_path / "shared"
     node0 = shared / "supervisor" / "node0"
@@ -59,9 +67,12 @@ def test_a_throttled_link_between_two_nodes_is_a_slowdown_every_rank_shares_nami
                    "-m", "grpo_doctor_trainer.train", "--model", "tiny", "--steps", "100000", "--no-record"]
             with (tmp_path / f"watch{node}.err").open("w") as err:
                 procs.append(cluster.popen(node, cmd, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=err))
-        deadline = time.monotonic() + 150
+        deadline = time.monotonic() + 200
         throttled = pace_judged = False
-        while not pace_judged and time.monotonic() < deadline and all(p.poll() is None for p in procs):
+        # Ended once both nodes' rounds of the pace survey are on disk (node 1's survey ends with node 0's, and
+        # SIGTERM would cut what its last round added): the rounds collected, however long a loaded machine takes.
+        while not (pace_judged and _joined_survey_done(shared, node0)) and time.monotonic() < deadline \
+                and all(p.poll() is None for p in procs):
             time.sleep(0.5)
             if not throttled:
                 steps = len(re.findall(r"(?m)^step \d+", (node0 / "stdout.log").read_text(errors="replace"))) \
