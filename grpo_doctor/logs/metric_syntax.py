@@ -8,7 +8,7 @@ Read:
     Train loss 0.000, Total rewards mean 0.250, KL 0.000        mlx-lm: "name value" between commas
     | loss | 0.1 |    wandb:   actor/entropy 0.06955    Loss: \t 0.12    a name and a number alone on a line
     | step | loss | reward |    step\tloss\treward    a table's row, cut into cells
-Numbers: decimals, exponents, nan / inf / NaN / Infinity; a number followed by a unit ("3.2s", "32.9 GB")
+Numbers: decimals, exponents, nan / inf / NaN / Infinity, a one-element numpy array ("[-2.18]"); a number followed by a unit ("3.2s", "32.9 GB")
 is no metric value (a time or a size), except where the unit stands after a space at the end of a piece.
 
 Typical use:
@@ -43,6 +43,8 @@ _SPECIAL = {"nan": math.nan, "inf": math.inf, "+inf": math.inf, "-inf": -math.in
 def number(text: str) -> float | None:
     """A printed number (nan / inf in any spelling) as a float; None when `text` is none."""
     text = text.strip()
+    if text[:1] == "[" and text[-1:] == "]":  # a one-element array as numpy prints it: "[-2.179]", "[ 0.08]"
+        text = text[1:-1].strip()
     special = _SPECIAL.get(text.lower())
     if special is not None:
         return special

@@ -30,12 +30,13 @@ from dataclasses import dataclass, field
 
 from grpo_doctor.logs.lines import line_at
 from grpo_doctor.logs.metric_lines import is_framework_line
-from grpo_doctor.logs.metric_syntax import cells, is_number, line_pairs, lone_pair
+from grpo_doctor.logs.metric_syntax import cells, is_number, line_pairs, lone_pair, number
 from grpo_doctor.logs.prefixes import split_prefix_tuple
 from grpo_doctor.schema.metric_name_rules import (
     ALWAYS_KEPT,
     STEP_NAMES,
     canonical_of,
+    episode_metrics,
     is_evaluation,
     metric_name,
     rollout_names_allowed,
@@ -145,7 +146,7 @@ class MetricTextReader:
                 row = row[1:]
             if len(row) != len(header) or not all(is_number(c) for c in row):
                 break
-            rows.append([float(c) if c.lower() not in ("nan", "inf", "-inf") else float(c.lower()) for c in row])
+            rows.append([v for c in row if (v := number(c)) is not None])  # each is one: checked above
             pos = after
         if not rows:
             return None
@@ -199,7 +200,7 @@ class MetricTextReader:
                 metrics.setdefault(mapped, value)
         judged = rollout_names_allowed(name for name, _ in pairs)
         if not judged:
-            self.unjudged += bool(metrics)
+            self.unjudged += bool(metrics) or episode_metrics(name for name, _ in pairs)
             metrics = {k: v for k, v in metrics.items() if canonical_of(k) in ALWAYS_KEPT}
         if not any(canonical_of(k) in MEASURED or FUNC_STD.match(k) for k in metrics):
             return

@@ -14,7 +14,8 @@ and `entropy_loss`, Dreamer's `kl` and `reward_loss`, ML-Agents' `Mean Reward` /
 episodes. The rollout rules must not judge those, so `rollout_names_allowed(names)` asks a record for a
 sign of LLM rollouts (completion or response lengths, tokens, KL to a reference, groups, per-function
 rewards) and for no sign of episodes (episode, return, fps, timesteps, value or critic losses). A record
-without it keeps only loss and grad_norm, where NaN / inf is a fault whatever trained.
+without it keeps only loss and grad_norm, where NaN / inf is a fault whatever trained; `episode_metrics`
+says whether such a record measures episodes at all (read, not judged).
 
 Typical use:
     metric_name("Total rewards mean")              # "reward"
@@ -147,6 +148,15 @@ def _allowed(names: tuple[str, ...]) -> bool:
     every = {w for name in names for w in words(name)}
     return bool(every & _TEXT_SIGNS) or (bool(every & _ROLLOUT_SIGNS) and not every & _EPISODE_SIGNS)
 
+
+def episode_metrics(names: Iterable[str]) -> bool:
+    """Whether a record without rollout signs still measures training by episodes (`episode_reward`,
+    `mean_episode_reward`, a table's `episodes` beside `mean`): read, though no name maps onto the vocabulary."""
+    every = {w for name in names for w in words(name)}
+    return bool(every & _EPISODE_SIGNS) and bool(every & _EPISODE_MEASURES)
+
+
+_EPISODE_MEASURES = frozenset({"reward", "rewards", "rew", "return", "returns", "score", "scores", "loss", "mean"})
 
 # Kept from a record without rollout signs: a NaN / inf there is a fault whatever was trained.
 ALWAYS_KEPT = ("loss", "grad_norm", "learning_rate", "epoch")

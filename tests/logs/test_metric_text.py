@@ -124,3 +124,23 @@ def test_wandb_run_summary_block_behind_a_ray_prefix():
 def test_a_config_dump_and_the_trainers_end_summary_are_no_step():
     assert _records("learning_rate: 1e-06\nmax_completion_length: 1024\nmax_grad_norm: 1.0\n") == []
     assert _records("{'train_runtime': 120.5, 'train_samples_per_second': 1.2, 'train_loss': 0.01}\n") == []
+
+
+def test_a_tsv_table_whose_column_prints_one_element_arrays_is_read_row_by_row():
+    records = _file("chainerrl_tsv_scores.log")
+    assert [r.syntax for r in records] == ["table"] * 6
+    assert records[0].metrics == {"loss": pytest.approx(-0.0195257508921)}  # average_loss_policy; episodes: no reward
+
+
+def test_json_lines_of_episode_rewards_are_read_and_not_judged():
+    reader = MetricTextReader()
+    reader.feed_chunk((DATA / "rad_json_eval_lines.log").read_bytes())
+    assert (reader.records, reader.unjudged) == ([], 7)
+
+
+@pytest.mark.parametrize("line", ['{"eval_time": 33.5, "reward_scale": 2}',  # no sign of episodes
+                                  '{"episode": 3, "eval_time": 33.5, "grad_clip": 1}'])  # episodes, nothing measured
+def test_a_record_with_no_measure_of_episodes_is_not_counted_as_read(line):
+    reader = MetricTextReader()
+    reader.feed_chunk(line.encode() + b"\n")
+    assert (reader.records, reader.unjudged) == ([], 0)
