@@ -160,7 +160,7 @@ def _detect(text: str) -> list[tuple[str, dict[str, Any]]]:
     memory = "emory" in text
     if memory and oom.is_cuda_oom(text):
         found.append((CUDA_OOM, oom.parse_cuda_oom(text)))
-    if "NCCL" in text or "atchdog" in text or "Heartbeat monitor" in text:
+    if "NCCL" in text or "atchdog" in text or "Heartbeat monitor" in text or nccl.TAKEN_DOWN_WORDS in text:
         found.extend((kind, parse(text)) for kind, parse in _NCCL_PARSERS)
     if any(word in text for word in rendezvous.KEYWORDS):
         found.append((RENDEZVOUS_FAILURE, rendezvous.parse_rendezvous(text)))
@@ -193,6 +193,8 @@ def _detect(text: str) -> list[tuple[str, dict[str, Any]]]:
         found.append((WORKER_DIED, exit_lines.parse_shell_killed(text)))
     if "state: DEAD" in text:
         found.append((WORKER_DIED, exit_lines.parse_ray_actor_dead(text)))
+    if "already dead" in text:
+        found.append((WORKER_DIED, exit_lines.parse_ray_pending_failed(text)))
     if "by peer" in text:
         found.append((WORKER_DIED, peer_loss.parse_peer_loss(text)))
     if "PEER_DEAD" in text:

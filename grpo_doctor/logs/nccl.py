@@ -155,13 +155,20 @@ def parse_nccl_error(text: str) -> dict[str, Any] | None:
 # after a failed (or timed out) work, and NCCL's INFO error chain
 # ("misc/socket.cc:538 -> 3", each caller adding its own line: the first is where it failed).
 # The pre-check's spellings (detectors.KEYWORDS; a chain's "socket.cc:" line is hot by "ocket" already).
-# Its "To avoid data inconsistency, we are taking the entire process down" always follows, and is not read.
-FAILURE_KEYWORDS = ("NCCL operations",)
+# Its "To avoid data inconsistency, we are taking the entire process down" follows on a line of its own since
+# torch 2.x; it is read the same (a paste may hold it alone, the line before cut off), ProcessGroupHCCL's and
+# ProcessGroupXCCL's included, which print the same words.
+# NCCL's "comm 0x... rank 0 nranks 4 ... - Abort COMPLETE" is no failure report: torch 2.3 to 2.5 abort every
+# communicator in a normal destroy_process_group (pytorch/pytorch#119250, undone in #141510), and Ctrl-C ends
+# in one; after a failure the failure's own lines say what happened. It stays a known NCCL INFO line.
+TAKEN_DOWN_WORDS = "data inconsistency"
+FAILURE_KEYWORDS = ("NCCL operations", TAKEN_DOWN_WORDS)
 # The detail of the report that follows a failure said elsewhere (a watchdog timeout, an NCCL error): the
 # report is theirs when the log holds one.
 TAKEN_DOWN = "an NCCL operation failed or its timeout expired; ProcessGroupNCCL took the process down"
 FOLLOW_UPS = (TAKEN_DOWN,)
-_TAKEN_DOWN = ("Some NCCL operations have failed or timed out",)
+_TAKEN_DOWN = ("Some NCCL operations have failed or timed out",
+               "To avoid data inconsistency, we are taking the entire process down")
 _CHAIN = re.compile(r"NCCL INFO ([\w/.-]+\.cc):(\d+) -> (\d+)\s*$")
 RESULT_NAMES = {1: "ncclUnhandledCudaError", 2: "ncclSystemError", 3: "ncclInternalError", 4: "ncclInvalidArgument",
                 5: "ncclInvalidUsage", 6: "ncclRemoteError", 7: "ncclInProgress"}

@@ -127,3 +127,30 @@ def test_of_two_torchrun_root_causes_the_earliest_by_time_is_the_root():
              "line_number": s.line_number, "text": s.text} for s in scan_text(text)]
     by_rank, _ = crashes_from_logs(rows)
     assert (by_rank[0]["root_cause"], by_rank[8]["root_cause"]) == (True, False)
+
+
+def test_the_taking_down_line_alone_is_an_nccl_error_of_its_rank(tmp_path):
+    for text, ranks in ((_lines(23), ()), (_lines(24), (3,))):
+        [finding] = _findings(text, tmp_path)
+        assert (finding.id, finding.ranks) == ("nccl-error", ranks)
+        assert "took the process down" in finding.title
+
+
+def test_the_taking_down_line_after_a_watchdog_timeout_is_the_timeouts(tmp_path):
+    timeout = ("[rank3]:[E626 16:48:25.440243908 ProcessGroupNCCL.cpp:632] [Rank 3] Watchdog caught collective "
+               "operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) "
+               "ran for 600081 milliseconds before timing out.\n")
+    assert [f.id for f in _findings(timeout + _lines(24), tmp_path)] == ["nccl-timeout"]
+
+
+def test_ray_failing_the_pending_tasks_of_a_dead_actor_is_that_actors_crash(tmp_path):
+    [crash] = _findings(_lines(25), tmp_path)
+    assert crash.id == "rank-crash" and crash.title.startswith("Ray actor 633c65fbc45b072368cc3bfd01000000 died")
+    assert "pending tasks" in crash.evidence["exc_type"]
+    [both] = _findings(_lines(11, 25), tmp_path)  # the same actor's death and its failed tasks: one crash
+    assert both.id == "rank-crash"
+
+
+def test_an_nccl_communicators_abort_alone_is_teardown_not_a_failure(tmp_path):
+    assert _findings(_lines(26), tmp_path) == []
+    assert [s.kind for s in scan_text(_lines(26))] == []
