@@ -97,14 +97,3 @@ def repeated(value: Any, count: int) -> Column:
     if type(value) is int and INT64_MIN <= value <= INT64_MAX:
         return np.full(count, value, dtype=np.int64)
     return [value] * count
-
-
-def may_be_long_int(column: Column) -> bool:
-    """Whether a float in the column is past the int64 range: orjson's reading of a longer integer."""
-    if isinstance(column, Codes):
-        return False
-    if isinstance(column, FloatsWithNone):
-        column = column.values
-    if isinstance(column, np.ndarray):
-        return column.dtype == np.float64 and bool(((np.abs(column) > INT64_MAX) & np.isfinite(column)).any())
-    return any(type(v) is float and abs(v) > INT64_MAX and v.is_integer() for v in column)

@@ -1,8 +1,8 @@
-"""Decoding a rank file's lines into records: orjson where it gives json's answer, json where not,
-and the schema's type checks, so that a damaged line is one bad line, never a crash.
+"""Decoding a rank file's lines into JSON values, exactly as json reads them: orjson where it gives
+json's answer, json where not. The decoder (decoder.py) judges the values against the schema.
 
 Typical use:
-    record = checked_record(decode_line(b'{"schema":1,"kind":"step",...}'))   # raises ValueError / BadRecord
+    value = decode_line(b'{"schema":1,"kind":"step",...}')                   # raises ValueError
     with paused_gc():                                                         # millions of records to build
         ...
 """
@@ -15,9 +15,6 @@ import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from grpo_doctor.schema import BadRecord, Record, UnknownRecord, record_from_dict
-from grpo_doctor.schema.field_checks import wrong_field
-
 orjson_loads: Callable[[bytes], Any] | None
 try:  # a dependency, yet optional here: without it lines go through the stdlib json (3x slower)
     from orjson import loads as orjson_loads
@@ -28,16 +25,6 @@ except ImportError:  # pragma: no cover - orjson has wheels for every platform w
 # (the shortest such integer) not after a decimal point is decoded by json alone.
 _DIGITS_AND_POINTS = bytes(48 if 48 <= c <= 57 else c if c == 46 else 32 for c in range(256))  # digits "0"
 _LONG_DIGIT_RUN = b"0" * 19
-
-
-def checked_record(data) -> Record | UnknownRecord:
-    """`record_from_dict`, and its fields of the types the schema declares (see field_checks): a
-    record that every rule and report can trust. Raises BadRecord naming the field."""
-    record = record_from_dict(data)
-    problem = wrong_field(record)
-    if problem is not None:
-        raise BadRecord(problem)
-    return record
 
 
 # The C scanner json.loads ends in, without its per-call checks (set by JSONDecoder.__init__; typeshed omits it).

@@ -1,4 +1,5 @@
-"""Reads a run's event log back: every rank file of one run directory or of several (one per node).
+"""A run's event log: every rank file of one run directory or of several (one per node), each read
+by the one decoder (decoder.py), merged into a `RunLog` with what is wrong with them said.
 
 Damaged input is expected, not exceptional: a rank killed mid-write leaves a truncated last
 line, log collectors splice in garbage, a node's directory may be missing. The reader skips
@@ -20,21 +21,17 @@ import stat
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
-from grpo_doctor.runlog.decode import checked_record, decode_line, paused_gc
+from grpo_doctor.runlog.decode import paused_gc
+from grpo_doctor.runlog.decoder import RANK_FILE_PATTERN, read_rank_file
 from grpo_doctor.runlog.file_warnings import FileWarnings
-from grpo_doctor.runlog.lines import MAX_LINE_BYTES, file_kind, lines_of
+from grpo_doctor.runlog.lines import MAX_LINE_BYTES, file_kind
 from grpo_doctor.runlog.rank_log import RankLog, RunLog
-from grpo_doctor.schema import (
-    SCHEMA_VERSION,
-    BadRecord,
-    Record,
-    RunPaths,
-)
+from grpo_doctor.schema import SCHEMA_VERSION, RunPaths
 from grpo_doctor.schema.errors import DoctorError
 from grpo_doctor.schema.field_checks import MAX_WORLD_SIZE, sane_world_size
 from grpo_doctor.schema.ranks import format_ranks
 
-RANK_FILE_PATTERN = re.compile(r"rank-(\d+)\.jsonl$")
+__all__ = ["RANK_FILE_PATTERN", "RunDirError", "load_run", "regular_files", "special_file_kind"]
 
 
 class RunDirError(DoctorError):
@@ -52,8 +49,9 @@ def load_run(paths: Sequence[str | Path], read_files: RankFilesReader | None = N
     """Load every rank file under the given run directories (or rank files named directly).
 
     `read_files` maps the rank files to their logs (or the OSError that reading one raised), in
-    order; by default they are read one after the other with `read_rank_file`. The analysis reads
-    them in parallel into `RankLog` subclasses whose phase and memory records went into tables.
+    order; by default they are read whole, one after the other, by the decoder (decoder.py), every
+    record typed; parallel_read.py reads them into column batches in worker processes, by window
+    where a file is big.
     """
     if not paths:
         raise RunDirError("no run directory given", "pass the run directory that watch or the trainer printed")
@@ -76,7 +74,7 @@ def load_run(paths: Sequence[str | Path], read_files: RankFilesReader | None = N
 def _read_one_by_one(files: list[Path]) -> Iterator[RankLog | OSError]:
     for rank_file in files:
         try:
-            yield read_rank_file(rank_file)
+            yield read_rank_file(rank_file, columns=False)
         except OSError as exc:
             yield exc
 
@@ -147,25 +145,6 @@ def _regular_files(paths: Iterable[Path], said: FileWarnings) -> list[Path]:
 def special_file_kind(mode: int) -> str:
     """'a FIFO', 'a character device', ... for what `os.stat` says is no regular file or directory."""
     return file_kind(mode)
-
-
-def read_rank_file(path: str | Path) -> RankLog:
-    path = Path(path)
-    match = RANK_FILE_PATTERN.search(path.name)
-    log = RankLog(rank=int(match.group(1)) if match else -1, path=path)
-    records, pids = log.records, log.pids
-    for line_number, line, complete in lines_of(path):
-        try:
-            record = checked_record(decode_line(line))
-            if isinstance(record, Record):
-                pids.add(record.pid)
-        except (ValueError, TypeError, BadRecord) as exc:
-            log.count_bad_line(line_number, complete, str(exc) if isinstance(exc, BadRecord) else None)
-            continue
-        if isinstance(record, Record) and log.rank < 0:
-            log.rank = record.rank
-        records.append(record)
-    return log
 
 
 def _merge(run: RunLog, log: RankLog, said: FileWarnings) -> None:

@@ -1,7 +1,7 @@
 """Rank files read in parallel worker processes, for `eventlog.load_run(..., read_files=...)`.
 
 Parsing is most of a big run's load (2 M lines for 64 ranks x 2,000 steps) and rank files are
-independent, so each is read by `read_rank_tables` in a worker process, which sends back its
+independent, so each is read by the decoder (`decoder.read_rank_file`) in a worker process, which sends back its
 records and compact columns (arrays, not millions of Python objects to pickle). A small run is
 read in this process: starting workers costs more than a few MB take to read.
 
@@ -24,9 +24,9 @@ from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from grpo_doctor.runlog.decoder import read_rank_file
 from grpo_doctor.runlog.eventlog import load_run
 from grpo_doctor.runlog.rank_log import RankLog, RunLog
-from grpo_doctor.runlog.rank_tables import read_rank_tables
 from grpo_doctor.runlog.window import RUN_BUDGET_BYTES, file_budget_bytes, plan_read, prefetch
 
 # Below this many bytes of rank files, the files are read here (workers start in about 0.1 s; a
@@ -53,7 +53,7 @@ def read_rank_files(files: list[Path], run_budget_bytes: int | None = RUN_BUDGET
 
 
 def read_run(paths: Sequence[str | Path], run_budget_bytes: int | None = RUN_BUDGET_BYTES) -> RunLog:
-    """`load_run` with every rank file read into columns (rank_tables.py), in parallel for a big run,
+    """`load_run` with every rank file read into column batches (decoder.py), in parallel for a big run,
     files beyond their share of the read budget by window; None reads every line."""
     return load_run(paths, read_files=functools.partial(read_rank_files, run_budget_bytes=run_budget_bytes))
 
@@ -72,7 +72,7 @@ def _prefetch(files: list[Path], budget_bytes: int) -> None:
 
 def _read(path: Path, budget_bytes: int | None) -> RankLog | OSError:
     try:
-        return read_rank_tables(path, budget_bytes=budget_bytes)
+        return read_rank_file(path, budget_bytes=budget_bytes)
     except OSError as exc:
         return exc
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, cast
 from grpo_doctor.schema import End, Error, Header, Memory, PhaseBegin, PhaseEnd, Record, Step, UnknownRecord
 from grpo_doctor.schema.field_checks import sane_world_size
 
-if TYPE_CHECKING:  # rank_tables.py builds on this module
+if TYPE_CHECKING:  # rank_tables.py and decoder.py build on this module
     from grpo_doctor.runlog.rank_tables import RankTables
 
 if TYPE_CHECKING:
@@ -30,7 +30,7 @@ class RankLog:
     phases), built in one pass and rebuilt when the list is replaced or grows. A run of 64 ranks x
     2,000 steps holds 2 M records, and the report asks these questions many times per rank.
 
-    Read for the analysis (rank_tables.py), the phase and memory records are in `tables` instead of
+    Read by the decoder (decoder.py), the phase and memory records are in `tables` instead of
     `records`; the answers below are the same either way, and `of_kind` refuses those kinds then
     rather than answer "none".
     """
@@ -62,9 +62,9 @@ class RankLog:
         return cast(Header, self.records[positions[-1]]) if positions else None
 
     def tabled(self) -> RankTables:
-        """`tables`, for a log read by runlog/rank_tables.py (which sets them before any line)."""
+        """`tables`, for a log read by runlog/decoder.py (which sets them before any line)."""
         if self.tables is None:
-            raise ValueError(f"{self.path}: read without tables (not by rank_tables.read_rank_tables)")
+            raise ValueError(f"{self.path}: read without tables (not by decoder.read_rank_file)")
         return self.tables
 
     def of_kind(self, cls: type) -> list:

@@ -1,5 +1,5 @@
-"""Following rank files as they grow: the records appended since the last look, decoded and
-checked exactly as the report's reader (eventlog.py) decodes and checks them, with its line cap.
+"""Following a growing rank file: the complete lines appended since the last look, for the
+decoder's incremental mode (decoder.RankFileTail), with the line cap of the other modes.
 
 `grpo-doctor watch` polls every rank file every second or so; a line still being written waits
 for its newline, and garbage without newlines is dropped once it passes `MAX_LINE_BYTES`, one bad
@@ -10,8 +10,8 @@ left, a sparse file) the next look jumps to the latest part of the file, whose l
 the rank is now: the garbage is never read through.
 
 Typical use:
-    tail = RankFileTail(paths.rank_file(3))
-    for record in tail.read_records():   # new complete records; bad lines counted in tail.num_bad_lines
+    growing = GrowingFile(paths.rank_file(3))
+    for line in growing.read_lines():   # new complete lines; garbage dropped counted in growing.num_dropped
         ...
 """
 from __future__ import annotations
@@ -19,22 +19,20 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from grpo_doctor.runlog.decode import checked_record, decode_line
 from grpo_doctor.runlog.lines import MAX_LINE_BYTES, READ_BLOCK_BYTES, open_rank_file
-from grpo_doctor.schema import BadRecord, Record
 
 # At most this much is read per look, so a burst of output is taken in over a few polls.
 MAX_READ_BYTES = 64 * READ_BLOCK_BYTES
 
 
-class RankFileTail:
+class GrowingFile:
     """Reads the complete new lines of one growing rank file."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.offset = 0
         self.partial = b""
-        self.num_bad_lines = 0
+        self.num_dropped = 0  # garbage dropped: lines of MAX_LINE_BYTES or more, each one bad line
         self.skipping = False  # inside a line of MAX_LINE_BYTES or more: what follows its newline is wanted
 
     def read_lines(self) -> list[bytes]:
@@ -69,28 +67,13 @@ class RankFileTail:
                 self.partial += data
             else:  # garbage without newlines: dropped, one bad line
                 self.partial, self.skipping = b"", True
-                self.num_bad_lines += 1
+                self.num_dropped += 1
             return []
         lines = (self.partial + data).split(b"\n")
         self.partial = lines.pop()
         if len(self.partial) >= MAX_LINE_BYTES:  # garbage without newlines: dropped, one bad line
             self.partial, self.skipping = b"", True
-            self.num_bad_lines += 1
-        return [line for line in lines if line and not line.isspace()]
-
-    def read_records(self) -> list[Record]:
-        """The new records; lines that are no record (or of a kind this version does not know) are
-        skipped, the bad ones counted."""
-        records = []
-        for line in self.read_lines():
-            if len(line) >= MAX_LINE_BYTES:
-                self.num_bad_lines += 1
-                continue
-            try:
-                record = checked_record(decode_line(line))
-            except (ValueError, TypeError, BadRecord):
-                self.num_bad_lines += 1
-                continue
-            if isinstance(record, Record):
-                records.append(record)
-        return records
+            self.num_dropped += 1
+        out = [line for line in lines if line and not line.isspace() and len(line) < MAX_LINE_BYTES]
+        self.num_dropped += sum(1 for line in lines if len(line) >= MAX_LINE_BYTES)
+        return out

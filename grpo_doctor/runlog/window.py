@@ -13,7 +13,7 @@ or, for an attempt that a restart ended in the middle, in the window around the 
 which `restart_regions` adds when the pids read show a restart that no read header explains.
 
 The cost therefore grows with the budget and the number of ranks, not with the history. The reader
-(rank_tables.py) pairs phases only inside a region: `REGION_BREAK` between regions clears the
+(decoder.py) pairs phases only inside a region: `REGION_BREAK` between regions clears the
 phases open so far, as the middle's unread lines may have closed them.
 
 Typical use:

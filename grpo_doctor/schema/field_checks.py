@@ -23,7 +23,7 @@ from enum import Enum
 from typing import Any
 
 from grpo_doctor.schema import Header, Record, Step, UnknownRecord
-from grpo_doctor.schema.records import cache_by_class
+from grpo_doctor.schema.records import cache_by_class, omitted_when_none
 
 # Larger than any job grpo-doctor is meant for (the largest public GRPO runs use thousands of GPUs);
 # a larger world size or rank number is corruption, and must not size a list, a set or a table.
@@ -46,14 +46,55 @@ def wrong_field(record: Record | UnknownRecord) -> str | None:
         if not within_depth(record.data, MAX_UNKNOWN_DEPTH):
             return f"{record.kind} record nested more than {MAX_UNKNOWN_DEPTH} levels deep"
         return None
-    cls = type(record)
+    return wrong_value(type(record), vars(record))
+
+
+def wrong_value(cls: type[Record], values: dict[str, Any]) -> str | None:
+    """`wrong_field` for a record's values by field name, before any record is built (the decoder
+    judges every line so). A field left out of `values` is None (records.OMITTED_WHEN_NONE)."""
+    if _all_hold(cls)(values):  # the usual case: one generated expression, no call per field
+        return None
     for name, check in _checks(cls):
-        value = getattr(record, name)
+        value = values.get(name)
         if not check(value):
             return f"{cls.KIND.value} field {name}: {_show(value)} is not of type {_expected(cls, name)}"
-    if not 0 <= record.rank < MAX_WORLD_SIZE:
-        return f"{cls.KIND.value} field rank: {record.rank} is out of range (0 to {MAX_WORLD_SIZE - 1})"
-    return None
+    rank = values["rank"]
+    return f"{cls.KIND.value} field rank: {rank} is out of range (0 to {MAX_WORLD_SIZE - 1})"
+
+
+@cache_by_class
+def _all_hold(cls: type[Record]) -> Callable[[dict[str, Any]], bool]:
+    """One function testing every field of `cls` in a dict of its values, generated from the
+    declaration: a plain type test inline where the annotation is simple (`int | None`), the field's
+    check called where not. A third of the cost of a call per field, on millions of lines."""
+    hints = typing.get_type_hints(cls)
+    namespace: dict[str, Any] = {"MAX_WORLD_SIZE": MAX_WORLD_SIZE}
+    terms = []
+    for i, (name, check) in enumerate(_checks(cls)):
+        value = f"v.get({name!r})" if name not in _always_written(cls) else f"v[{name!r}]"
+        allowed = _simple_types(hints[name]) if (cls, name) not in _OVERRIDES else None
+        if allowed is not None:
+            namespace[f"t{i}"] = allowed
+            terms.append(f"type({value}) in t{i}")
+        else:
+            namespace[f"c{i}"] = check
+            terms.append(f"c{i}({value})")
+    terms.append('0 <= v["rank"] < MAX_WORLD_SIZE')
+    exec(f"def all_hold(v):\n    return {' and '.join(terms)}\n", namespace)  # noqa: S102 - our own declaration
+    return namespace["all_hold"]
+
+
+def _simple_types(hint: Any) -> frozenset[type] | None:
+    """The exact types a value of a simple annotation (int, float, str, bool, None and unions of them) may have."""
+    args = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+    if not all(a in _SIMPLE for a in args):
+        return None
+    return frozenset(t for a in args for t in _SIMPLE[a])
+
+
+@cache_by_class
+def _always_written(cls: type[Record]) -> frozenset[str]:
+    return frozenset(f.name for f in dataclasses.fields(cls)) - frozenset(omitted_when_none(cls))
 
 
 def sane_world_size(header: Header) -> bool:

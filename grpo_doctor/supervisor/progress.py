@@ -24,8 +24,8 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grpo_doctor.runlog.decoder import RankFileTail
 from grpo_doctor.runlog.rank_log import advance_open_phases
-from grpo_doctor.runlog.tail import RankFileTail
 from grpo_doctor.schema import (
     End,
     Error,

@@ -9,8 +9,8 @@ import sys
 import pytest
 from helpers import clean_env, run_program
 
-from grpo_doctor.runlog.eventlog import load_run, read_rank_file
-from grpo_doctor.runlog.rank_tables import read_rank_tables
+from grpo_doctor.runlog.decoder import read_rank_file
+from grpo_doctor.runlog.eventlog import load_run
 from grpo_doctor.schema import Error, PhaseBegin, Rollout, RunPaths, Step
 
 DIVERGING = """
@@ -59,9 +59,9 @@ def test_jq_reads_a_rank_file_with_a_nan_loss(diverged_run):
     assert out.stdout.split() == ["0.5"] * 3 + ['"NaN"'] * 3
 
 
-def test_both_readers_give_the_floats_back_and_leave_text_alone(diverged_run):
+def test_both_whole_file_modes_give_the_floats_back_and_leave_text_alone(diverged_run):
     rank_file = RunPaths(diverged_run).rank_file(0)
-    for log in (read_rank_file(rank_file), read_rank_tables(rank_file)):
+    for log in (read_rank_file(rank_file, columns=False), read_rank_file(rank_file)):
         assert log.num_bad_lines == 0
         step = log.of_kind(Step)[3]
         assert math.isnan(step.metrics["loss"]) and step.metrics["grad_norm"] == math.inf
@@ -69,8 +69,8 @@ def test_both_readers_give_the_floats_back_and_leave_text_alone(diverged_run):
         [rollout] = log.of_kind(Rollout)
         assert rollout.reward_mean == math.inf and math.isnan(rollout.samples[0]["reward"])
         assert log.errors[-1].message == "NaN" and isinstance(log.errors[-1], Error)
-    assert {r.phase for r in read_rank_file(rank_file).of_kind(PhaseBegin)} == {"NaN"}
-    columns = read_rank_tables(rank_file).tables.steps
+    assert {r.phase for r in read_rank_file(rank_file, columns=False).of_kind(PhaseBegin)} == {"NaN"}
+    columns = read_rank_file(rank_file).tables.steps
     assert [math.isnan(v) for v in columns["loss"]] == [False] * 3 + [True] * 3
 
 
@@ -88,7 +88,7 @@ def test_a_rank_file_with_bare_nan_tokens_from_an_older_version_still_reads(tmp_
     (ranks / "rank-00000.jsonl").write_text(
         '{"schema":1,"kind":"step","rank":0,"host":"vm","pid":7,"step":0,"t":1.0,"mono":1.0,'
         '"metrics":{"loss":NaN,"grad_norm":Infinity,"kl":-Infinity}}\n')
-    for log in (load_run([tmp_path]).ranks[0], read_rank_tables(ranks / "rank-00000.jsonl")):
+    for log in (load_run([tmp_path]).ranks[0], read_rank_file(ranks / "rank-00000.jsonl")):
         [step] = log.of_kind(Step)
         assert math.isnan(step.metrics["loss"]) and step.metrics["grad_norm"] == math.inf
         assert step.metrics["kl"] == -math.inf and log.num_bad_lines == 0

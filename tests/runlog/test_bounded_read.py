@@ -13,11 +13,11 @@ import psutil
 import pytest
 from helpers import write_rank
 
+from grpo_doctor.runlog.decoder import RankFileTail, read_rank_file
 from grpo_doctor.runlog.eventlog import load_run
 from grpo_doctor.runlog.lines import MAX_LINE_BYTES, NotRegularFile, lines_of, open_rank_file
 from grpo_doctor.runlog.parallel_read import read_run
-from grpo_doctor.runlog.rank_tables import read_rank_tables
-from grpo_doctor.runlog.tail import MAX_READ_BYTES, RankFileTail
+from grpo_doctor.runlog.tail import MAX_READ_BYTES
 from grpo_doctor.schema import Header, RunPaths, Step
 
 GB = 2**30
@@ -77,7 +77,7 @@ def _bytes_read() -> int:
 def test_a_sparse_50_gb_rank_file_is_read_within_its_plan(tmp_path):
     path = RunPaths(zeros_run(tmp_path)).rank_file(0)
     before = _bytes_read()
-    log = read_rank_tables(path, budget_bytes=BUDGET_BYTES)
+    log = read_rank_file(path, budget_bytes=BUDGET_BYTES)
     read = _bytes_read() - before
     assert log.sampled and log.last_record is None and log.num_damaged_regions >= 1
     assert read < 6 * BUDGET_BYTES  # the plan, its allowance for finishing lines, read twice at most
@@ -104,7 +104,7 @@ def test_a_full_read_seeks_over_a_hole_instead_of_reading_it(tmp_path):
         if os.lseek(f.fileno(), 0, os.SEEK_DATA) != 0 or os.lseek(f.fileno(), 4096, os.SEEK_DATA) < GB:
             pytest.skip("SEEK_DATA does not find the holes on this file system")
     before = _bytes_read()
-    log = read_rank_tables(path)  # --full-read: every line
+    log = read_rank_file(path)  # --full-read: every line
     assert _bytes_read() - before < 4 * MAX_LINE_BYTES
     assert not log.sampled and log.last_step == NUM_LATE_STEPS and log.num_bad_lines == 1
 

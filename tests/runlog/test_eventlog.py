@@ -3,7 +3,8 @@ import json
 import pytest
 from helpers import write_rank
 
-from grpo_doctor.runlog.eventlog import RunDirError, load_run, read_rank_file
+from grpo_doctor.runlog.decoder import read_rank_file
+from grpo_doctor.runlog.eventlog import RunDirError, load_run
 from grpo_doctor.runlog.lines import MAX_LINE_BYTES
 from grpo_doctor.schema import End, Header, PhaseBegin, PhaseEnd, RunPaths, Step
 

@@ -2,8 +2,8 @@ import json
 from dataclasses import replace
 
 from grpo_doctor.analysis.load import load_evidence
-from grpo_doctor.runlog.eventlog import read_rank_file
-from grpo_doctor.runlog.rank_tables import read_rank_tables
+from grpo_doctor.runlog.decoder import RankFileTail, read_rank_file
+from grpo_doctor.runlog.rank_log import RankLog
 from grpo_doctor.schema import End, Error, Memory, PhaseBegin, PhaseEnd, RunPaths, Step
 from tests.analysis.rundata import common, header, write_rank
 
@@ -21,7 +21,15 @@ def memory(rank, step, t):
     return Memory(**common(rank, step=step, t=t), tag="step", host_rss_bytes=2**30, device=0, allocated_bytes=2**33)
 
 
-def test_the_tabled_read_answers_as_the_record_read(tmp_path):
+def _tail_log(path) -> RankLog:
+    """The file as watch's incremental mode reads it: every record typed, none in columns."""
+    tail = RankFileTail(path)
+    log = RankLog(rank=0, path=path, records=list(tail.read_records()))
+    log.num_bad_lines = tail.num_bad_lines
+    return log
+
+
+def test_the_whole_file_mode_answers_as_the_incremental_mode(tmp_path):
     path = write_rank(tmp_path, 0, [
         header(0, 1), begin(0, 0, 1.0, "rollout"), begin(0, 0, 2.0, "rollout/generate"),
         end(0, 0, 3.0, "rollout", error="RuntimeError"),  # the inner end was skipped by the exception
@@ -33,11 +41,12 @@ def test_the_tabled_read_answers_as_the_record_read(tmp_path):
     ])
     with path.open("ab") as f:
         f.write(b"not json\n" + json.dumps(memory(0, 1, 9.0).to_dict()).encode() + b'\n{"schema":1,"kind":"ph')
-    tabled, full = read_rank_tables(path), read_rank_file(path)
+    tabled, full = read_rank_file(path), _tail_log(path)
     assert [type(r).__name__ for r in tabled.records] == ["Header", "Step", "Header", "Error"]
-    for answer in ("open_path", "last_record", "last_step", "end", "errors", "headers", "host", "pids",
-                   "num_bad_lines", "first_bad_line", "truncated_tail", "rank"):
+    for answer in ("open_path", "last_record", "last_step", "end", "errors", "headers", "host", "rank"):
         assert getattr(tabled, answer) == getattr(full, answer), answer
+    assert tabled.num_bad_lines == 2 and full.num_bad_lines == 1  # the tail waits for the last line's newline
+    assert (tabled.first_bad_line, tabled.truncated_tail, tabled.pids) == (11, True, {1000})
     assert tabled.open_path == "backward/all_reduce" and isinstance(tabled.last_record, Memory)
     phases = load_evidence([tmp_path]).phases
     # Closed phases in the order of their ends, then the open ones; "rollout/generate" never ended.
@@ -47,7 +56,7 @@ def test_the_tabled_read_answers_as_the_record_read(tmp_path):
     assert phases["error"].tolist()[0] == "RuntimeError" and phases["error"][1:].isna().all()
 
 
-def test_phase_lines_with_other_keys_are_tabled_as_record_from_dict_reads_them(tmp_path):
+def test_phase_lines_with_other_keys_are_tabled_as_the_declaration_reads_them(tmp_path):
     reordered = {k: v for k, v in reversed(list(begin(0, 0, 1.0, "a").to_dict().items()))}
     extra = {**end(0, 0, 2.0, "a").to_dict(), "added_by_a_newer_version": 1}
     sparse = {k: v for k, v in memory(0, 0, 3.0).to_dict().items() if k not in ("device", "gpu_processes")}
@@ -55,7 +64,7 @@ def test_phase_lines_with_other_keys_are_tabled_as_record_from_dict_reads_them(t
     path = RunPaths(tmp_path).rank_file(0)
     path.parent.mkdir(parents=True)
     path.write_text("".join(json.dumps(d) + "\n" for d in [header(0, 1).to_dict(), reordered, extra, sparse, no_rank]))
-    log = read_rank_tables(path)
+    log = read_rank_file(path)
     assert log.num_bad_lines == 1 and log.first_bad_line == 5
     ev = load_evidence([tmp_path])
     assert ev.phases[["path", "begin_t", "end_t"]].values.tolist() == [["a", 1.0, 2.0]]
@@ -95,6 +104,6 @@ def test_a_file_without_header_takes_host_and_rank_from_its_first_record(tmp_pat
     path.parent.mkdir()
     path.write_text("".join(json.dumps(r.to_dict()) + "\n"
                             for r in [begin(5, 0, 1.0, "rollout", host="gpu-7"), end(5, 0, 2.0, "rollout")]))
-    log = read_rank_tables(path)
+    log = read_rank_file(path)
     assert log.rank == 5 and log.host == "gpu-7" and log.records == []
     assert isinstance(log.last_record, PhaseEnd)

@@ -1,15 +1,14 @@
 """A tabled record (phase, memory) with a field of the wrong type is a bad line, as for any other kind.
 
-The analysis reads phase and memory lines straight into columns without building records; their
-types are checked per column, and a file with a wrong-typed value is read again line by line, so
-both readers count the same bad lines and the tables hold only values of their declared types.
+The decoder judges every line against its kind's declaration before it goes into columns or
+becomes a record, so the whole-file and incremental modes count the same bad lines and the tables
+hold only values of their declared types.
 """
 import json
 
 import pytest
 
-from grpo_doctor.runlog.eventlog import read_rank_file
-from grpo_doctor.runlog.rank_tables import read_rank_tables
+from grpo_doctor.runlog.decoder import RankFileTail, read_rank_file
 from grpo_doctor.schema import Memory, PhaseBegin, PhaseEnd
 
 COMMON = dict(rank=0, host="node-0", pid=7, step=3, t=100.0, mono=5.0)
@@ -22,13 +21,13 @@ GOOD = [PhaseBegin(**COMMON, phase="rollout", path="rollout"),
     (0, "path", 7), (0, "phase", None), (2, "duration_s", "1.5"), (2, "synced", "yes"), (2, "error", [1]),
     (1, "host_rss_bytes", "1G"), (1, "tag", {"a": 1}), (1, "pid", "seven"), (1, "device", 1.5),
 ])
-def test_a_wrong_typed_tabled_field_is_one_bad_line_in_both_readers(tmp_path, index, field, value):
+def test_a_wrong_typed_tabled_field_is_one_bad_line_in_every_mode(tmp_path, index, field, value):
     lines = [r.to_dict() for r in GOOD] * 3
     lines[3 + index] = {**lines[3 + index], field: value}
     path = tmp_path / "rank-00000.jsonl"
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    plain, tabled = read_rank_file(path), read_rank_tables(path)
-    assert plain.num_bad_lines == tabled.num_bad_lines == 1
-    assert plain.first_bad_line == tabled.first_bad_line == 4 + index
+    tail, tabled = RankFileTail(path), read_rank_file(path)
+    assert len(tail.read_records()) == len(lines) - 1 and tail.num_bad_lines == tabled.num_bad_lines == 1
+    assert tabled.first_bad_line == 4 + index
     assert field in tabled.first_bad_reason
     assert all(type(pid) is int for pid in tabled.pids)

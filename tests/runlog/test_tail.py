@@ -1,11 +1,11 @@
-"""watch's live tail and the report's reader are one reader: the same records and the same bad lines
-from the same damaged file, whether it is read at once or as it grows."""
+"""watch's live tail and the report's read are two modes of the one decoder: the same records and the
+same bad lines from the same damaged file, whether it is read at once or as it grows."""
 from __future__ import annotations
 
 import json
 
-from grpo_doctor.runlog.eventlog import read_rank_file
-from grpo_doctor.runlog.tail import RankFileTail
+from grpo_doctor.runlog.columns import as_list
+from grpo_doctor.runlog.decoder import RankFileTail, read_rank_file
 from grpo_doctor.schema import PhaseBegin, PhaseEnd, Record, Step
 
 
@@ -31,7 +31,11 @@ def test_tail_reads_what_the_report_reads_as_the_file_grows(tmp_path):
             f.write(data[cut:cut + 37])
         seen += tail.read_records()
     report = read_rank_file(path)
-    assert seen == report.records and len(seen) == 3
+    assert [type(r) for r in seen] == [PhaseBegin, PhaseEnd, Step] and seen[2:] == report.records
+    assert seen[-1] == report.last_record
+    phases = report.tabled().phases
+    assert [as_list(phases[name]) for name in ("path", "begin_t", "end_t", "duration_s")] == [
+        ["rollout"], [seen[0].t], [seen[1].t], [seen[1].duration_s]]
     assert tail.num_bad_lines == report.num_bad_lines == 3
 
 

@@ -11,8 +11,8 @@ import pytest
 
 from grpo_doctor.analysis.load import load_evidence
 from grpo_doctor.analysis.rules import run_rules
+from grpo_doctor.runlog.decoder import read_rank_file
 from grpo_doctor.runlog.lines import MAX_LINE_BYTES, lines_of
-from grpo_doctor.runlog.rank_tables import read_rank_tables
 from grpo_doctor.runlog.window import (
     DAMAGED_REGION,
     REGION_BREAK,
@@ -59,8 +59,8 @@ def test_region_lines_yield_whole_lines_only(tmp_path):
 
 def test_latest_steps_are_read_exactly_as_a_full_read_gives_them(big_run):
     path = RunPaths(big_run).rank_file(STRAGGLER_RANK)
-    full = read_rank_tables(path)
-    windowed = read_rank_tables(path, budget_bytes=BUDGET_BYTES)
+    full = read_rank_file(path)
+    windowed = read_rank_file(path, budget_bytes=BUDGET_BYTES)
     assert windowed.sampled and not full.sampled
     assert windowed.header == full.header and windowed.end == full.end
     assert windowed.last_step == full.last_step == 1199
@@ -103,8 +103,8 @@ def test_a_restart_in_the_unread_middle_is_found(tmp_path):
     later = [json.dumps(json.loads(line) | {"pid": 51_000}).encode() + b"\n" for line in lines[cut:]]
     path.write_bytes(b"".join([*lines[:cut], json.dumps(error.to_dict()).encode() + b"\n",
                                json.dumps(restart).encode() + b"\n", *later]))
-    full = read_rank_tables(path)
-    windowed = read_rank_tables(path, budget_bytes=BUDGET_BYTES)
+    full = read_rank_file(path)
+    windowed = read_rank_file(path, budget_bytes=BUDGET_BYTES)
     assert windowed.sampled
     assert windowed.header == full.header and windowed.header.pid == 51_000
     assert [e.message for e in windowed.records if isinstance(e, Error)] == ["NCCL communicator was aborted"]
@@ -148,6 +148,6 @@ def test_a_header_with_no_newline_before_it_ends_the_search(tmp_path):
     later = [json.dumps(json.loads(line) | {"pid": 51_000}).encode() + b"\n" for line in lines[cut:]]
     path.write_bytes(b"".join([*lines[:cut], b"\0" * 3_000_000, json.dumps(header).encode() + b"\n", *later]))
     assert last_header_offset(path, path.stat().st_size, 64 * 2**20) is not None
-    log, full = read_rank_tables(path, budget_bytes=BUDGET_BYTES), read_rank_tables(path)
+    log, full = read_rank_file(path, budget_bytes=BUDGET_BYTES), read_rank_file(path)
     assert log.sampled and log.last_step == full.last_step == 1499
     assert log.header == full.header  # the zeros and the header are one garbage line to both

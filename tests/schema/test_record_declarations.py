@@ -14,8 +14,9 @@ import pytest
 from grpo_doctor.host.nvml import Nvml
 from grpo_doctor.rank.identity import RankIdentity
 from grpo_doctor.rank.recorder import Recorder
-from grpo_doctor.runlog.eventlog import read_rank_file
-from grpo_doctor.runlog.tail import RankFileTail
+from grpo_doctor.runlog.columns import as_list
+from grpo_doctor.runlog.decoder import UNTABLED_FIELDS, RankFileTail, read_rank_file
+from grpo_doctor.runlog.rank_tables import MEMORY_FIELDS, PHASE_FIELDS
 from grpo_doctor.schema import (
     RECORD_TYPES,
     End,
@@ -63,7 +64,7 @@ def test_every_line_the_recorder_writes_holds_exactly_its_declared_fields(tmp_pa
 
 def test_the_recorder_queues_each_value_into_the_field_named_for_it(tmp_path):
     path, _ = _recorded(tmp_path)
-    records = [r for r in read_rank_file(path).records if isinstance(r, Record)]
+    records = [r for r in read_rank_file(path, columns=False).records if isinstance(r, Record)]
     begins = [r for r in records if type(r) is PhaseBegin]
     ends = [r for r in records if type(r) is PhaseEnd]
     assert [(b.phase, b.path, b.detail) for b in begins] == [
@@ -114,7 +115,22 @@ def test_a_record_with_every_declared_field_set_reads_back_whole(tmp_path, cls):
     record = _every_field_set(cls)
     path = RunPaths(tmp_path).rank_file(3)
     path.parent.mkdir(parents=True)
-    path.write_text(json.dumps(record.to_dict()) + "\n")
+    # A phase end is tabled with its begin (a begin's own fields are checked in its own case).
+    before = [PhaseBegin(**_every_field_set(PhaseBegin).__dict__ | {"phase": record.phase, "path": record.path})
+              ] if isinstance(record, PhaseEnd) else []
+    path.write_text("".join(json.dumps(r.to_dict()) + "\n" for r in [*before, record]))
     assert tuple(record.to_dict()) == ("schema", "kind", *field_order(cls))
-    assert read_rank_file(path).records == [record]
-    assert RankFileTail(path).read_records() == [record]
+    assert read_rank_file(path, columns=False).records == [*before, record]
+    assert RankFileTail(path).read_records() == [*before, record]
+    tabled = read_rank_file(path)
+    assert tabled.last_record == record and tabled.num_bad_lines == 0
+    if cls in UNTABLED_FIELDS:  # in column batches: every declared field in a column, or said to be left out
+        columns = {PhaseBegin: {"t": "begin_t"}, PhaseEnd: {"t": "end_t"}}.get(cls, {})
+        table = tabled.tabled().memory if cls is Memory else tabled.tabled().phases
+        for name in field_order(cls):
+            if name not in UNTABLED_FIELDS[cls]:
+                column = columns.get(name, name)
+                assert column in (MEMORY_FIELDS if cls is Memory else PHASE_FIELDS), f"{cls.__name__}.{name}"
+                assert as_list(table[column]) == [getattr(record, name)], f"{cls.__name__}.{name}"
+    else:
+        assert tabled.records == [record]
