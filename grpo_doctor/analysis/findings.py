@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grpo_doctor.analysis.finding_facts import Facts
 from grpo_doctor.schema.safe_write import write_file
 
 FINDINGS_SCHEMA = 1
@@ -37,6 +38,9 @@ class Finding:
     # consequence the `key` of the root finding that explains it.
     role: str | None = None
     caused_by: str | None = None
+    # The evidence other code judges by, typed (analysis/finding_facts.py); not written to findings.json,
+    # whose `evidence` holds the same values under the same names.
+    facts: Facts | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.severity not in SEVERITIES:

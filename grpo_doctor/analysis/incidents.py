@@ -41,6 +41,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
+from grpo_doctor.analysis.finding_facts import (
+    crash_facts,
+    gpu_fault_facts,
+    growth_facts,
+    hang_facts,
+    nccl_error_facts,
+)
 from grpo_doctor.analysis.findings import SEVERITIES, Finding, sort_findings
 from grpo_doctor.schema.ranks import format_ranks
 
@@ -66,7 +73,7 @@ def link_incidents(findings: list[Finding]) -> list[Finding]:
     consequence_of: dict[int, int] = {}  # index of a consequence -> index of its root
     for root_id in ROOT_ORDER:
         # torchrun names the first failure in time ("Root Cause (first observed failure)"): it goes first.
-        for i in sorted(range(len(findings)), key=lambda k: findings[k].evidence.get("root_cause") is not True):
+        for i in sorted(range(len(findings)), key=lambda k: crash_facts(findings[k]).root_cause is not True):
             root = findings[i]
             if root.id != root_id or i in consequence_of or _is_victim(root, findings):
                 continue
@@ -111,10 +118,10 @@ def _because(root: Finding) -> str:
 
 
 def _gpu_fault_phrase(root: Finding) -> str:
-    ev = root.evidence
-    gpu = f"GPU {ev['gpu']}" if ev.get("gpu") is not None else "a GPU"
-    where = f" on {ev['host']}" if ev.get("host") else ""
-    xids = ev.get("xids") or []
+    fault = gpu_fault_facts(root)
+    gpu = f"GPU {fault.gpu}" if fault.gpu is not None else "a GPU"
+    where = f" on {fault.host}" if fault.host else ""
+    xids = fault.xids
     return f"{gpu}{where} failed" + (f" (Xid {', '.join(map(str, xids))})" if xids else "")
 
 
@@ -123,7 +130,7 @@ def _is_victim(f: Finding, findings: list[Finding]) -> bool:
     if f.id == "nccl-timeout":
         return True
     if f.id == "hang":  # the ranks of one host waiting for a culprit on any host (rules/hang.py)
-        return bool(f.evidence.get("waiting_for"))
+        return bool(hang_facts(f).waiting_for)
     if f.id == "nccl-error":
         return _peer_departed(f)
     if f.id == "rank-crash":
@@ -132,7 +139,7 @@ def _is_victim(f: Finding, findings: list[Finding]) -> bool:
 
 
 def _peer_departed(f: Finding) -> bool:
-    return bool(f.evidence.get("peer_departed"))  # rules/nccl_error.py judges that from its own fields
+    return nccl_error_facts(f).peer_departed  # rules/nccl_error.py judges that from its own fields
 
 
 def _crash_waited(f: Finding, findings: list[Finding]) -> bool:
@@ -140,20 +147,21 @@ def _crash_waited(f: Finding, findings: list[Finding]) -> bool:
     (SIGABRT after an NCCL timeout, SIGTERM from torchrun) while something else failed."""
     if f.severity != "critical":  # rank_crash.py marks the ranks the launcher stopped after a failure
         return True
-    message = " ".join(str(f.evidence.get(k) or "") for k in ("exc_type", "message")).lower()
-    if f.evidence.get("exc_type") and any(w in message for w in WAITED_WORDS):
+    crash = crash_facts(f)
+    message = f"{crash.exc_type or ''} {crash.message or ''}".lower()
+    if crash.exc_type and any(w in message for w in WAITED_WORDS):
         return True
-    if f.evidence.get("exc_type"):
+    if crash.exc_type:
         return False
     causes = [g for g in findings if g is not f and g.id in ROOT_ORDER and g.id != "rank-crash"
               and g.severity == "critical"]
-    aborted = f.evidence.get("signal") in ABORT_SIGNALS or f.evidence.get("exitcode") in ABORT_EXITCODES
+    aborted = crash.signal in ABORT_SIGNALS or crash.exitcode in ABORT_EXITCODES
     if aborted:
         return bool(causes) or any(g is not f and g.id == "rank-crash" and set(g.ranks) - set(f.ranks)
                                    for g in findings)
     # "exited with exit code 1" (torchrun, srun) says only that the rank's Python failed: where the log
     # also holds the error that made it fail (an NCCL error, an OOM), that error is the news.
-    return f.evidence.get("exitcode") == 1 and not f.evidence.get("signal") and bool(causes)
+    return crash.exitcode == 1 and not crash.signal and bool(causes)
 
 
 def _collective_effects(root: Finding, other: Finding, findings: list[Finding]) -> bool:
@@ -174,13 +182,14 @@ def _gpu_fault_effects(root: Finding, other: Finding, findings: list[Finding]) -
     others. A fault that names no rank explains the findings of its host. Throttling explains straggling."""
     if other.id == "gpu-fault":
         return False
+    fault = gpu_fault_facts(root)
     on_gpu = bool(set(other.ranks) & set(root.ranks)) or (
         not root.ranks and bool(root.hosts) and bool(set(other.hosts) & set(root.hosts)))
     if other.id == "straggler":
-        return on_gpu and bool(root.evidence.get("throttle_reasons"))
-    if not root.evidence.get("hardware") or root.severity != "critical":
+        return on_gpu and bool(fault.throttle_reasons)
+    if not fault.hardware or root.severity != "critical":
         return False
-    if other.id == "rank-crash" and other.evidence.get("cuda_fault") in (root.evidence.get("cuda_errors") or ()) and (
+    if other.id == "rank-crash" and crash_facts(other).cuda_fault in fault.cuda_errors and (
             on_gpu or not other.hosts or not root.hosts):
         return True  # the process died of that very CUDA error ("uncorrectable ECC error encountered")
     if other.id in ("rank-crash", "hang", "nccl-error", "nccl-timeout", "collective-mismatch") and on_gpu:
@@ -190,7 +199,7 @@ def _gpu_fault_effects(root: Finding, other: Finding, findings: list[Finding]) -
 
 def _rendezvous_effects(root: Finding, other: Finding, findings: list[Finding]) -> bool:
     return other.id in ("nccl-timeout", "nccl-error", "hang") or (
-        other.id == "rank-crash" and (_crash_waited(other, findings) or other.evidence.get("exitcode") == 1))
+        other.id == "rank-crash" and (_crash_waited(other, findings) or crash_facts(other).exitcode == 1))
 
 
 def _memory_effects(root: Finding, other: Finding, findings: list[Finding]) -> bool:
@@ -220,17 +229,18 @@ def _ran_out(root: Finding, other: Finding) -> bool:
     if not same:
         return False
     if other.id in ("cuda-oom", "host-oom"):
-        return (root.evidence.get("memory") == "gpu") == (other.id == "cuda-oom")
+        return (growth_facts(root).memory == "gpu") == (other.id == "cuda-oom")
     if other.id == "rank-crash":
-        text = " ".join(str(other.evidence.get(k) or "") for k in ("exc_type", "message")).lower()
-        return any(w in text for w in ALLOCATION_WORDS) or other.evidence.get("signal") == "SIGKILL"
+        crash = crash_facts(other)
+        text = f"{crash.exc_type or ''} {crash.message or ''}".lower()
+        return any(w in text for w in ALLOCATION_WORDS) or crash.signal == "SIGKILL"
     return False
 
 
 def _hang_effects(root: Finding, other: Finding, findings: list[Finding]) -> bool:
     if other.id == "hang":  # the ranks hung because they waited in mismatched collectives, or for the culprit
         return root.id == "collective-mismatch" or (
-            root.id == "hang" and bool(set(other.evidence.get("waiting_for") or ()) & set(root.ranks)))
+            root.id == "hang" and bool(set(hang_facts(other).waiting_for) & set(root.ranks)))
     if other.id == "rank-crash" and set(other.ranks) and set(other.ranks) <= set(root.ranks):
         return _crash_waited(other, findings)  # the culprit's own crash is news, a victim's is not
     return _collective_effects(root, other, findings)
@@ -244,7 +254,7 @@ def _crash_effects(root: Finding, other: Finding, findings: list[Finding]) -> bo
 
 def _nccl_error_effects(root: Finding, other: Finding, findings: list[Finding]) -> bool:
     return other.id in ("nccl-timeout", "hang") or (other.id == "rank-crash" and _crash_waited(other, findings)) or (
-        other.id == "rank-crash" and "nccl" in str(other.evidence.get("message") or "").lower())
+        other.id == "rank-crash" and "nccl" in (crash_facts(other).message or "").lower())
 
 
 def _rollout_effects(root: Finding, other: Finding, findings: list[Finding]) -> bool:

@@ -126,6 +126,15 @@ class Evidence:
     launch_env: dict[str, str] = field(default_factory=dict)  # the variables it ran with (NPROC_PER_NODE, ...)
 
     @property
+    def rank_logs(self) -> dict[int, RankLog]:
+        """Each rank's log as read (records beside the tables: headers of every attempt, errors, the end)."""
+        return self.run.ranks if self.run is not None else {}
+
+    @property
+    def world_size(self) -> int | None:
+        return self.run.world_size if self.run is not None else None
+
+    @property
     def headers(self) -> dict[int, Header]:
         if self.run is None:
             return {}

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from grpo_doctor.analysis.load import Evidence
+from grpo_doctor.analysis.views import loaded_run
 from grpo_doctor.checks.layout import FaultDomain, Layout, Membership, Place, build_layout, fault_domain
 from grpo_doctor.schema import Header, ParallelGroup
 
@@ -62,12 +63,13 @@ class Placement:
 
 def layout_of(run: Evidence) -> Layout:
     """Every rank's place and groups, from its latest header and the groups recorded after it (cached per run)."""
-    hit = _cache.get(id(run))
-    if hit is not None and hit[0]() is run:
+    owner = loaded_run(run)  # one layout for every rule's view of the run
+    hit = _cache.get(id(owner))
+    if hit is not None and hit[0]() is owner:
         return hit[1]
     places: dict[int, Place] = {}
     memberships: list[Membership] = []
-    for rank, log in sorted((run.run.ranks if run.run is not None else {}).items()):
+    for rank, log in sorted(run.rank_logs.items()):
         groups: list[Membership] = []
         header = None
         for record in log.records:
@@ -84,8 +86,8 @@ def layout_of(run: Evidence) -> Layout:
         elif log.host:
             places[rank] = Place(host=log.host)
     layout = build_layout(places, memberships)
-    key = id(run)
-    _cache[key] = (weakref.ref(run, functools.partial(_forget, key)), layout)
+    key = id(owner)
+    _cache[key] = (weakref.ref(owner, functools.partial(_forget, key)), layout)
     return layout
 
 

@@ -75,7 +75,7 @@ def rank_positions(run: Evidence) -> dict[int, RankPosition]:
     steps = run.steps
     steps_of = dict(tuple(steps.groupby("rank", sort=False))) if "t" in steps and not steps.empty else {}
     no_phases = run.phases.iloc[:0]
-    for rank, log in sorted((run.run.ranks if run.run else {}).items()):
+    for rank, log in sorted(run.rank_logs.items()):
         host = log.host
         shift = run.clock_offsets.get(host, 0.0) if host else 0.0
         began_t = log.header.t - shift if log.header is not None else float("-inf")

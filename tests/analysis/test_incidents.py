@@ -2,6 +2,7 @@
 import dataclasses
 from pathlib import Path
 
+from grpo_doctor.analysis.finding_facts import CrashFacts, GpuFaultFacts
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.incidents import link_incidents
 from grpo_doctor.analysis.load import load_evidence
@@ -11,8 +12,10 @@ LOGS = Path(__file__).parent.parent / "data" / "logs"
 
 
 def _crash(ranks, **evidence):
+    """A rank-crash finding as rules/rank_crash.py writes it: its evidence, and the same values typed."""
     return Finding(id="rank-crash", severity="critical", title="crash", ranks=tuple(ranks),
-                   evidence={"exc_type": None, "message": None, "signal": None, "exitcode": None, **evidence})
+                   evidence={"exc_type": None, "message": None, "signal": None, "exitcode": None, **evidence},
+                   facts=CrashFacts(**evidence))
 
 
 def _roles(findings):
@@ -33,7 +36,7 @@ def test_a_rank_hung_in_rollout_is_the_root_of_the_timeout_its_peer_raised():
                      ":81] Timed out waiting 20000ms for recv operation to complete")
     hang = Finding(id="hang", severity="critical", title="rank 1 stuck in rollout", ranks=(1,), phase="rollout", step=2)
     stopped = Finding(id="rank-crash", severity="warning", title="rank 1 ended after another failed", ranks=(1,),
-                      evidence={"signal": "SIGTERM"})
+                      evidence={"signal": "SIGTERM"}, facts=CrashFacts(signal="SIGTERM"))
     out = link_incidents([timeout, stopped, hang])
     assert _roles(out) == [("hang", (1,), "root-cause", None), ("rank-crash", (0,), "consequence", "hang@1"),
                            ("rank-crash", (1,), "consequence", "hang@1")]
@@ -121,7 +124,8 @@ def test_a_crash_with_exit_code_1_and_nothing_else_in_the_log_stays_the_root():
 
 def test_a_machine_fault_on_a_ranks_gpu_is_the_root_of_its_hang_and_the_others_timeouts_not_of_a_bug_elsewhere():
     fault = Finding(id="gpu-fault", severity="critical", title="GPU 1 on node-a reported Xid 79", ranks=(1,),
-                    hosts=("node-a",), evidence={"hardware": True, "gpu": 1, "host": "node-a", "xids": [79]})
+                    hosts=("node-a",), evidence={"hardware": True, "gpu": 1, "host": "node-a", "xids": [79]},
+                    facts=GpuFaultFacts(hardware=True, gpu=1, host="node-a", xids=(79,)))
     hang = Finding(id="hang", severity="critical", title="rank 1 stuck", ranks=(1,))
     timeout = Finding(id="nccl-timeout", severity="critical", title="ranks 0, 2, 3 timed out", ranks=(0, 2, 3))
     bug = _crash([5], exc_type="KeyError", message="'reward'")  # a rank's own exception: its own incident
@@ -131,7 +135,8 @@ def test_a_machine_fault_on_a_ranks_gpu_is_the_root_of_its_hang_and_the_others_t
                                ("hang", (1,), "consequence", "gpu-fault@1")]
     assert "because GPU 1 on node-a failed (Xid 79)" in out[2].title
     assert ("rank-crash", (5,), None, None) in _roles(out)
-    app = dataclasses.replace(fault, severity="info", evidence={**fault.evidence, "hardware": False, "xids": [13]})
+    app = dataclasses.replace(fault, severity="info", evidence={**fault.evidence, "hardware": False, "xids": [13]},
+                              facts=GpuFaultFacts(hardware=False, gpu=1, host="node-a", xids=(13,)))
     assert all(f.role is None for f in link_incidents([app, hang]))  # the application's own Xid explains nothing
 
 

@@ -1,7 +1,8 @@
 """The rules, listed explicitly, and the loop that runs them over loaded evidence.
 
-Each rule is one module here with `ID`, a frozen `Config` (documented thresholds), `HINTS`
-(its remedy text) and `check(run, cfg) -> Iterator[Finding]`. Adding a rule: one new file, one
+Each rule is one module here with `ID`, `READS` (the views of the evidence it reads, analysis/views.py),
+a frozen `Config` (documented thresholds), `HINTS` (its remedy text) and `check(run, cfg) ->
+Iterator[Finding]`, whose `run` serves the declared views only. Adding a rule: one new file, one
 line in `RULES`, and its test in tests/analysis/ (a test checks all three).
 
 Typical use:
@@ -43,6 +44,7 @@ from grpo_doctor.analysis.rules import (
     zero_kl,
     zero_std_groups,
 )
+from grpo_doctor.analysis.views import RuleEvidence
 
 RULES: list[ModuleType] = [hang, rank_crash, cuda_oom, nccl_timeout, config_mismatch, version_mismatch, straggler,
                            fail_slow,  # a rank outside the others' stack in most of watch's rounds (issue 24)
@@ -63,14 +65,15 @@ def run_rules(evidence: Evidence, rules: list[ModuleType] | None = None,
               configs: dict[str, Any] | None = None) -> tuple[list[Finding], list[str]]:
     """Every rule's findings, grouped into incidents (analysis/incidents.py: each root cause first, its
     consequences after it, incidents most severe first), and the warnings: the evidence's own, and one per
-    rule that failed (a broken rule must not hide what the others found). `configs` ({rule id:
-    Config}, from report/rule_settings.py) replaces the default thresholds of the rules it names."""
+    rule that failed (a broken rule must not hide what the others found; a read of a view the rule does not
+    declare is such a failure). `configs` ({rule id: Config}, from report/rule_settings.py) replaces the
+    default thresholds of the rules it names."""
     findings: list[Finding] = []
     warnings = list(evidence.warnings)
     for rule in RULES if rules is None else rules:
         try:
             cfg = configs[rule.ID] if configs and rule.ID in configs else rule.Config()
-            findings.extend(rule.check(evidence, cfg))
+            findings.extend(rule.check(RuleEvidence(evidence, rule.READS, rule_name(rule)), cfg))
         except Exception as exc:  # noqa: BLE001 - reported, never fatal
             warnings.append(f"rule {rule_name(rule)} failed ({type(exc).__name__}: {exc}); its findings are missing")
     return link_incidents(findings), warnings

@@ -43,6 +43,7 @@ from grpo_doctor.analysis.hang_stacks import hang_captures, main_frames
 from grpo_doctor.analysis.launch_settings import differing_settings
 from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.analysis.rank_progress import collective_failures, rank_positions
+from grpo_doctor.analysis.views import View
 from grpo_doctor.checks.stack_groups import collective_call
 from grpo_doctor.logs.fr_match import Call, CollectiveMismatch, GroupMatch, MissingCollective, match_dumps
 from grpo_doctor.logs.kinds import NCCL_TIMEOUT
@@ -50,6 +51,7 @@ from grpo_doctor.schema.ranks import format_ranks
 from grpo_doctor.schema.watch_files import HangReport
 
 ID = "collective-mismatch"
+READS = {View.FLIGHT_RECORDER, View.LOG_SIGNATURES, View.PROBE_RESULTS, View.RANK_LOGS, View.RANK_TABLES, View.RANKS, View.WATCH_ARTIFACTS}
 
 HINT_PATHS = ("The ranks took different code paths: look for rank-conditional code around collectives: `if rank == 0:` "
               "/ `is_main_process` blocks that log, evaluate, save or generate and call all_reduce, gather_object or "

@@ -17,8 +17,10 @@ from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.launch_settings import PREFIXES, SETTINGS, differences_of, per_host_settings
 from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.analysis.probe_evidence import probe_findings
+from grpo_doctor.analysis.views import View
 
 ID = "config-mismatch"
+READS = {View.PROBE_RESULTS, View.RANKS}
 
 HINTS = (
     "Make every node's launch identical except NODE_RANK: same NNODES, NPROC_PER_NODE, MASTER_ADDR, MASTER_PORT, "

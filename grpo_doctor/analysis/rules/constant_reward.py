@@ -29,6 +29,7 @@ from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.grpo_metrics import column, finite, longest_run, step_series
 from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.analysis.rollout_tables import EVENT_LOG_SOURCE, duplicate_rates
+from grpo_doctor.analysis.views import View
 from grpo_doctor.checks.rollout_rules import (
     REWARD_STD_METRICS,
     reward_is_constant,
@@ -38,6 +39,7 @@ from grpo_doctor.checks.rollout_rules import (
 from grpo_doctor.checks.rollout_rules import ConstantRewardConfig as Config  # watch's live rules read it too
 
 ID = "constant-reward"
+READS = {View.FRAMEWORK_METRICS, View.RANK_TABLES, View.RANKS, View.ROLLOUT_TABLES}
 
 HINT_IDENTICAL = ("The completions themselves were identical copies, so any reward gives one value: fix the "
                   "sampling first (see seed-collision: a distinct seed per sampling process; or a policy that "

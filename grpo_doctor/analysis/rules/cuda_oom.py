@@ -19,11 +19,13 @@ from grpo_doctor.analysis import remedies
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.analysis.oom_plan import plan_for_oom, plan_hint
+from grpo_doctor.analysis.views import View
 from grpo_doctor.logs.kinds import CUDA_OOM
 from grpo_doctor.logs.signatures import scan_text
 from grpo_doctor.schema.human_text import format_bytes
 
 ID = "cuda-oom"
+READS = {View.LAUNCH_COMMAND, View.LOG_SIGNATURES, View.RANK_LOGS, View.RANKS, View.WATCH_ARTIFACTS}
 
 # Who holds the GPU decides the remedy: colocated vLLM first sleeps / offloads, then gets a smaller
 # share, then GPUs of its own (remedies.py keeps the framework flags and their defaults).
@@ -83,7 +85,7 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
 
 
 def _occurrences(run: Evidence) -> Iterator[tuple[int | None, str, dict[str, Any], int | None, str | None]]:
-    for rank, log in sorted((run.run.ranks if run.run else {}).items()):
+    for rank, log in sorted(run.rank_logs.items()):
         for err in log.errors:
             if "OutOfMemoryError" in err.exc_type or "out of memory" in err.message:
                 sigs = [s for s in scan_text(f"{err.exc_type}: {err.message}") if s.kind == CUDA_OOM]

@@ -28,11 +28,13 @@ from grpo_doctor.analysis import remedies
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.grpo_metrics import column, finite, longest_run, step_series, zero_std_shares
 from grpo_doctor.analysis.load import Evidence
+from grpo_doctor.analysis.views import View
 from grpo_doctor.checks.rollout_rules import DeadStepConfig as Config  # watch's live rules read it too
 from grpo_doctor.checks.rollout_rules import all_groups_zero_std, no_gradient
 from grpo_doctor.checks.rollout_rules import no_advantage as no_advantage_at
 
 ID = "dead-step"
+READS = {View.FRAMEWORK_METRICS, View.RANK_TABLES, View.RANKS, View.ROLLOUT_TABLES}
 
 HINTS = (
     "If completions are identical across ranks, the ranks share a sampling seed (see seed-collision): give every "

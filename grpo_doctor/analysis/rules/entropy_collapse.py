@@ -18,10 +18,12 @@ from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.grpo_metrics import column, step_series
 from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.analysis.remedies import CHECKED_AGAINST, SWIFT, TRL, VERL, default, flag, flags
+from grpo_doctor.analysis.views import View
 from grpo_doctor.checks.rollout_rules import EntropyCollapseConfig as Config  # watch's live rules read it too
 from grpo_doctor.checks.rollout_rules import entropy_collapsed
 
 ID = "entropy-collapse"
+READS = {View.FRAMEWORK_METRICS, View.RANK_TABLES, View.RANKS, View.ROLLOUT_TABLES}
 
 HINT_SLOW = ("Slow the policy down: lower the learning rate; set a KL penalty (" + flags(TRL, "beta")
              + f" defaults to {default(TRL, 'beta')} (TRL {CHECKED_AGAINST[TRL]}): set it, "

@@ -44,10 +44,12 @@ from dataclasses import dataclass
 
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.load import Evidence
+from grpo_doctor.analysis.views import View
 from grpo_doctor.checks.slow_links import LinkVerdict, describe_links, slow_link_hosts
 from grpo_doctor.checks.stack_rounds import STANDOUT, Episode, SlowVote, describe, episodes, vote
 
 ID = "fail-slow"
+READS = {View.PROBE_RESULTS, View.WATCH_ARTIFACTS}
 
 HINT_HOST = ("Every rank of that host is outside the others' stack while they wait: the machine. Drain it (Slurm: "
              "scontrol update nodename=HOST state=drain reason=slow; Kubernetes: kubectl cordon HOST) and rerun, "

@@ -40,14 +40,17 @@ from typing import Any
 
 import pandas as pd
 
+from grpo_doctor.analysis.finding_facts import GpuFaultFacts
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.load import Evidence
+from grpo_doctor.analysis.views import View
 from grpo_doctor.logs.gpu_faults import HARDWARE_CAUSES, XIDS, normalize_bus_id
 from grpo_doctor.logs.kinds import CHILD_FAILED, CUDA_FAULT, GPU_FAULT
 from grpo_doctor.schema.human_text import short_host
 from grpo_doctor.schema.ranks import format_ranks
 
 ID = "gpu-fault"
+READS = {View.LOG_SIGNATURES, View.RANK_LOGS, View.RANKS, View.WATCH_ARTIFACTS}
 
 HINT_DRAIN = ("Take the node out of scheduling before rerunning (Slurm: `scontrol update nodename=<node> state=drain "
               "reason=xid`; Kubernetes: `kubectl cordon <node>`) and resume from the last checkpoint elsewhere: a job "
@@ -243,7 +246,7 @@ def _add_cuda_errors(run: Evidence, gpus: dict[tuple, dict[str, Any]]) -> None:
     for row in run.signature_rows:
         if row["kind"] == CUDA_FAULT and row["fields"].get("error") in CUDA_HARDWARE_ERRORS:
             found.append((row["rank"], row["host"], row["fields"]["error"], row["source"]))
-    for rank_number, rank_log in sorted((run.run.ranks if run.run else {}).items()):
+    for rank_number, rank_log in sorted(run.rank_logs.items()):
         for err in rank_log.errors:
             error = next((e for e in CUDA_HARDWARE_ERRORS if e in err.message), None)
             if error:
@@ -272,7 +275,7 @@ def _header_ranks(run: Evidence) -> dict[int, tuple[str | None, int, str | None]
 def _ranks_of_pid(run: Evidence) -> dict[int, list[tuple[int, str | None]]]:
     """pid -> [(rank, host)]: every header of every rank (restarts too) and torchrun's failed workers."""
     found: dict[int, list[tuple[int, str | None]]] = {}
-    for rank, log in (run.run.ranks if run.run else {}).items():
+    for rank, log in run.rank_logs.items():
         for header in log.headers:
             found.setdefault(header.pid, []).append((rank, header.host))
     for row in run.signature_rows:
@@ -310,6 +313,8 @@ def _finding(gpu: dict[str, Any], ranks: tuple[int, ...]) -> Finding:
                   "remapped_rows_failure": gpu["failure"], "recovery_action": gpu["recovery"],
                   "throttle_reasons": gpu["throttle"], "sources": list(gpu["sources"]), "logs": list(gpu["logs"]),
                   "first_t": gpu["first_t"], "cuda_errors": list(gpu["cuda_errors"])},
+        facts=GpuFaultFacts(host=gpu["host"], gpu=gpu["index"], xids=tuple(gpu["xids"]), hardware=gpu["hardware"],
+                            cuda_errors=tuple(gpu["cuda_errors"]), throttle_reasons=tuple(gpu["throttle"])),
         hints=_hints(gpu, details),
     )
 

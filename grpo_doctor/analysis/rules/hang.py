@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from grpo_doctor.analysis import remedies
 from grpo_doctor.analysis.collective_sites import mismatched_sites
 from grpo_doctor.analysis.culprit_kind import CulpritKind, classify
+from grpo_doctor.analysis.finding_facts import HangFacts
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.hang_stacks import culprit_evidence, hang_captures, main_frames
 from grpo_doctor.analysis.launch_settings import differing_settings
@@ -50,11 +51,13 @@ from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.analysis.parallel_layout import HINTS as LAYOUT_HINTS
 from grpo_doctor.analysis.parallel_layout import place
 from grpo_doctor.analysis.rank_progress import collective_failures, completed, rank_positions
+from grpo_doctor.analysis.views import View
 from grpo_doctor.checks.stack_groups import collective_call
 from grpo_doctor.schema.ranks import format_ranks
 from grpo_doctor.schema.watch_files import HangRank, HangReport, phase_words
 
 ID = "hang"
+READS = {View.FLIGHT_RECORDER, View.PROBE_RESULTS, View.RANK_LOGS, View.RANK_TABLES, View.RANKS, View.WATCH_ARTIFACTS}
 MAX_HOSTS_IN_TITLE = 3  # a title names this many hosts, else counts them
 
 HINT_STACKS = ("Compare the stacks of the named ranks with the others' (stack_dirs): the culprits are in a different "
@@ -248,6 +251,7 @@ def _waiting_on_each_host(report: HangReport, captures: list, culprits: list[int
             title=(f"rank(s) {format_ranks(waiting)} on {host} wait{how}{at} for rank(s) {format_ranks(culprits)}"
                    f"{_on_hosts(report, culprits)}"),
             ranks=tuple(waiting), hosts=(host,), step=lead.step, phase=lead.open_phase,
+            facts=HangFacts(waiting_for=tuple(culprits)),
             evidence={"source": "watch", "host": host, "hang_file": report.file, "waiting_for": list(culprits),
                       "culprit_hosts": culprit_hosts, "waiting_call": call.to_dict() if call else None,
                       "open_phases": {r: report.ranks[r].open_phase for r in waiting},

@@ -28,10 +28,12 @@ from typing import Any
 from grpo_doctor.analysis import remedies
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.load import Evidence
+from grpo_doctor.analysis.views import View
 from grpo_doctor.logs.kinds import CHILD_FAILED, HOST_OOM, PYTHON_TRACEBACK
 from grpo_doctor.schema.human_text import format_bytes, short_host
 
 ID = "host-oom"
+READS = {View.LOG_SIGNATURES, View.RANK_LOGS, View.RANKS}
 
 HINT_CGROUP = ("A container / cgroup memory limit was hit, not the machine's RAM: raise the limit (docker run "
                "--memory, k8s resources.limits.memory, Slurm --mem) to what the job needs, or lower its use as below.")
@@ -99,7 +101,7 @@ def _memory_errors(run: Evidence) -> Iterator[Finding]:
     """A Python MemoryError: the process asked for host memory and was refused (an address-space limit,
     a cgroup without swap, strict overcommit). From a rank's error record, else a traceback in a log."""
     found: dict[int | None, dict[str, Any]] = {}
-    for rank_number, log in sorted((run.run.ranks if run.run else {}).items()):
+    for rank_number, log in sorted(run.rank_logs.items()):
         err = next((e for e in reversed(log.errors) if e.exc_type.rpartition(".")[2] == "MemoryError"), None)
         if err is not None:
             found[rank_number] = {"exc_type": err.exc_type, "message": err.message[:500], "step": err.step,
@@ -169,7 +171,7 @@ def _ranks_of_pid(run: Evidence) -> dict[int, list[tuple[int, str | None]]]:
     """pid -> [(rank, host)] from rank headers (every attempt) and torchrun's reports of workers
     killed by SIGKILL (what the OOM killer sends)."""
     found: dict[int, list[tuple[int, str | None]]] = {}
-    for rank, log in (run.run.ranks if run.run else {}).items():
+    for rank, log in run.rank_logs.items():
         for header in log.headers:
             found.setdefault(header.pid, []).append((rank, header.host))
     for row in run.signature_rows:

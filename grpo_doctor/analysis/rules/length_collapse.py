@@ -23,10 +23,12 @@ from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.grpo_metrics import column, finite, longest_run, step_series
 from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.analysis.rollout_tables import EVENT_LOG_SOURCE
+from grpo_doctor.analysis.views import View
 from grpo_doctor.checks.rollout_rules import LengthCollapseConfig as Config  # watch's live rules read it too
 from grpo_doctor.checks.rollout_rules import empty, truncated
 
 ID = "length-collapse"
+READS = {View.FRAMEWORK_METRICS, View.RANK_TABLES, View.RANKS, View.ROLLOUT_TABLES}
 
 HINT_TRUNCATED = ("Completions hit the limit: raise the completion length ("
                   + remedies.flags(remedies.TRL, "max_completion_length") + ", "

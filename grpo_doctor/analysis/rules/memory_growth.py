@@ -48,8 +48,10 @@ import numpy as np
 import pandas as pd
 
 from grpo_doctor.analysis import remedies
+from grpo_doctor.analysis.finding_facts import GrowthFacts
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.load import Evidence
+from grpo_doctor.analysis.views import View
 from grpo_doctor.checks.memory_trend import (
     CAPACITY_NAMES,
     WHERE,
@@ -65,6 +67,7 @@ from grpo_doctor.checks.memory_trend import (
 from grpo_doctor.checks.memory_trend import MemoryGrowthConfig as Config  # watch's live rule reads it too
 
 ID = "memory-growth"
+READS = {View.RANK_TABLES, View.RANKS, View.WATCH_ARTIFACTS}
 
 HINT_CACHED = ("Reserved memory grows while allocated memory stays flat: PyTorch's caching allocator keeps the "
                "blocks it freed (cached, not leaked), split by changing sequence lengths and by memory handed "
@@ -155,6 +158,7 @@ def _gpu_from_records(rank: int, host: str | None, frame: pd.DataFrame, cfg: Con
                 title=(f"the CUDA allocator retried an allocation in {len(retries['alloc_retry_steps'])} of the last "
                        f"{retries['alloc_retry_window_steps']} steps on rank {rank}"
                        + (f" (GPU {gpu})" if gpu is not None else "") + ": memory is at the card's limit"),
+                facts=GrowthFacts(memory="gpu"),
                 evidence={"memory": "gpu", "component": "gpu-used", "source": "event-log", "gpu": gpu, **retries},
                 hints=(HINT_RETRIES, remedies.VLLM_SHARE, remedies.SLEEP_AND_OFFLOAD))
         return
@@ -170,6 +174,7 @@ def _gpu_from_records(rank: int, host: str | None, frame: pd.DataFrame, cfg: Con
         id=ID, severity=found["severity"], ranks=(rank,), hosts=(host,) if host else (), step=ev["last_step"],
         title=(f"memory grows {rate_text(ev)} on {where} ({WHERE[component]})"
                f"{projection_text(ev, CAPACITY_NAMES['gpu-total'])}{retry_text}"),
+        facts=GrowthFacts(memory="gpu"),
         evidence={"memory": "gpu", "component": component, "source": "event-log", "gpu": gpu,
                   "capacity_kind": "gpu-total" if ev["capacity_bytes"] else None, **ev,
                   "allocated_slope_bytes_per_step": split["allocated"],
@@ -266,6 +271,7 @@ def _host_finding(host: str | None, candidate: tuple, cfg: Config) -> Finding:
     return Finding(
         id=ID, severity=found["severity"], ranks=ranks, hosts=(host,) if host else (), step=ev["last_step"],
         title=f"{what} of {who}{on} grows {rate_text(ev)}{projection_text(ev, capacity)}",
+        facts=GrowthFacts(memory="host"),
         evidence={"memory": "host", "component": component, "source": "event-log", "gpu": None,
                   "capacity_kind": kind if ev["capacity_bytes"] else None, **ev,
                   "rank_slopes_bytes_per_step": {str(r): s for r, s in sorted(slopes.items())}},
@@ -326,6 +332,7 @@ def _gpu_from_samples(host: str, index: int, group: pd.DataFrame, rank_of_pid: d
         id=ID, severity=found["severity"], ranks=ranks, hosts=(host,), step=None,
         title=(f"memory grows {rate_text(ev)} on GPU {index} of {host}{who}"
                f"{projection_text(ev, CAPACITY_NAMES['gpu-total'])}"),
+        facts=GrowthFacts(memory="gpu"),
         evidence={"memory": "gpu", "component": component, "source": "watch-samples", "gpu": index,
                   "capacity_kind": "gpu-total" if ev["capacity_bytes"] else None, **ev,
                   "process_slopes_bytes_per_s": {str(p): s for p, s in sorted(slopes.items())}, "pid": pid,
@@ -380,6 +387,7 @@ def _host_from_samples(run: Evidence, host: str, group: pd.DataFrame, cfg: Confi
         id=ID, severity=found["severity"], ranks=named, hosts=(host,), step=None,
         title=f"host memory (RSS) of {who} on {host} grows {rate_text(ev)}"
               f"{projection_text(ev, CAPACITY_NAMES.get(kind or '', 'capacity'))}",
+        facts=GrowthFacts(memory="host"),
         evidence={"memory": "host", "component": "host-rss", "source": "watch-samples", "gpu": None,
                   "capacity_kind": kind if ev["capacity_bytes"] else None, **ev,
                   "rank_slopes_bytes_per_s": {str(int(r)): s for r, s in sorted(slopes.items())}},

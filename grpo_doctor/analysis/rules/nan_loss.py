@@ -27,11 +27,13 @@ from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.grpo_metrics import finite, rank_metrics
 from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.analysis.rollout_tables import EVENT_LOG_SOURCE
+from grpo_doctor.analysis.views import View
 from grpo_doctor.checks.rollout_rules import NanLossConfig as Config  # watch's live rules read it too
 from grpo_doctor.schema import Step
 from grpo_doctor.schema.ranks import format_ranks
 
 ID = "nan-loss"
+READS = {View.FRAMEWORK_METRICS, View.RANK_LOGS, View.RANK_TABLES, View.RANKS, View.ROLLOUT_TABLES}
 
 HINTS = (
     "Find the first bad value: a reward function returning NaN / inf, an advantage divided by a group std of 0 "
@@ -46,7 +48,7 @@ HINTS = (
 
 def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
     by_source: dict[str, list[tuple[int, int | None, str, float]]] = defaultdict(list)
-    for rank, log in sorted((run.run.ranks if run.run else {}).items()):
+    for rank, log in sorted(run.rank_logs.items()):
         for rec in log.records:
             if type(rec) is Step and rec.step is not None:
                 for name in cfg.metrics:

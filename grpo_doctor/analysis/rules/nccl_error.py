@@ -31,9 +31,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from grpo_doctor.analysis.finding_facts import NcclErrorFacts
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.analysis.probe_evidence import probe_findings
+from grpo_doctor.analysis.views import View
 from grpo_doctor.logs.kinds import (
     CHILD_FAILED,
     NCCL_ERROR,
@@ -47,6 +49,7 @@ from grpo_doctor.schema.human_text import short_host
 from grpo_doctor.schema.ranks import format_ranks
 
 ID = "nccl-error"
+READS = {View.LOG_SIGNATURES, View.PROBE_RESULTS, View.RANK_LOGS, View.RANKS}
 
 HINT_IFNAME = ("NCCL picked a loopback or link-local address, which other hosts cannot reach: set "
                "NCCL_SOCKET_IFNAME (and GLOO_SOCKET_IFNAME) to the real interface on every node, e.g. "
@@ -164,7 +167,8 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
         only_vague_warnings = kind == "other" and all(r["kind"] == NCCL_WARN for r in rows)
         yield Finding(id=ID, severity="warning" if only_vague_warnings else "critical", title=title,
                       ranks=tuple(sorted(ranks)), hosts=tuple(sorted(hosts)), step=None, phase=None,
-                      evidence=evidence, hints=KIND_HINTS[kind])
+                      evidence=evidence, hints=KIND_HINTS[kind],
+                      facts=NcclErrorFacts(peer_departed=evidence["peer_departed"]))
 
 
 def _failure_said_elsewhere(rows: list[dict[str, Any]]) -> bool:
@@ -233,7 +237,7 @@ def _rank_of_pid(run: Evidence) -> dict[tuple[str | None, int], int]:
     """(short host name, pid) -> rank from rank headers (every attempt) and torchrun's failure
     reports: NCCL's WARN header names the process and its host, not the rank."""
     found: dict[tuple[str | None, int], int] = {}
-    for rank, log in (run.run.ranks if run.run else {}).items():
+    for rank, log in run.rank_logs.items():
         for header in log.headers:
             found[(short_host(header.host), header.pid)] = rank
     for row in run.signature_rows:

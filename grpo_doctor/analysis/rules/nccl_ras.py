@@ -29,10 +29,12 @@ from typing import Any
 
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.load import Evidence
+from grpo_doctor.analysis.views import View
 from grpo_doctor.logs.kinds import NCCL_RAS
 from grpo_doctor.logs.nccl_ras import RasCommunicator, RasRank, RasReport, parse
 
 ID = "nccl-ras"
+READS = {View.LOG_SIGNATURES, View.RANKS, View.WATCH_ARTIFACTS}
 
 HINT_LOST = ("NCCL's RAS lost the process named here: it crashed, was killed (the OOM killer, Slurm, a failed "
              "node) or is frozen (stopped, stuck in a driver call). On that node read `dmesg -T | grep -iE "
@@ -60,7 +62,7 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
     reports = [RasReport.from_dict(row["fields"]) for row in rows] + _asked_by_watch(run)
     if not reports:
         return
-    world = run.run.world_size if run.run is not None else None
+    world = run.world_size
     pid_ranks = _ranks_by_pid(run)
     missing: dict[tuple, dict[str, Any]] = {}
     errors: dict[tuple, dict[str, Any]] = {}

@@ -29,10 +29,12 @@ from grpo_doctor.analysis import remedies
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.launch_settings import differing_settings
 from grpo_doctor.analysis.load import Evidence
+from grpo_doctor.analysis.views import View
 from grpo_doctor.logs.kinds import NCCL_TIMEOUT, NCCL_WATCHDOG_STATUS, NCCL_WATCHDOG_STUCK
 from grpo_doctor.schema.ranks import format_ranks
 
 ID = "nccl-timeout"
+READS = {View.LOG_SIGNATURES, View.PROBE_RESULTS, View.RANKS}
 
 HINT_ABSENT = ("The ranks that did not report never reached this collective: look at what they were doing "
                "(their last phase and stack; run under `grpo-doctor watch` to capture stacks at the hang).")

@@ -30,15 +30,18 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from grpo_doctor.analysis.finding_facts import CrashFacts
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.analysis.log_crashes import crashes_from_logs
 from grpo_doctor.analysis.parallel_layout import HINTS as LAYOUT_HINTS
 from grpo_doctor.analysis.parallel_layout import Placement, place
+from grpo_doctor.analysis.views import View
 from grpo_doctor.schema import End
 from grpo_doctor.schema.ranks import format_ranks
 
 ID = "rank-crash"
+READS = {View.LOG_SIGNATURES, View.RANK_LOGS, View.RANKS, View.WATCH_ARTIFACTS}
 NO_END_MESSAGE = "log stops without an end record"
 
 HINTS = (
@@ -82,7 +85,7 @@ class Config:
 
 def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
     crashes: dict[int, dict[str, Any]] = {}  # rank -> what is known of its end
-    for rank, log in sorted((run.run.ranks if run.run else {}).items()):
+    for rank, log in sorted(run.rank_logs.items()):
         end, errors = log.end, log.errors
         if errors:
             err = errors[-1]
@@ -164,12 +167,12 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
             run, ranks, {r: run.host_of(r) or crashes[r].get("host") for r in ranks})
         title += placed.clause
         hosts = sorted({h for h in (run.host_of(r) or crashes[r].get("host") for r in ranks) if h})
+        evidence = {"exc_type": exc_type, "message": info.get("message"), "signal": signal, "exitcode": exitcode,
+                    "source": info.get("source"), "root_cause": info.get("root_cause"),
+                    **{k: info[k] for k in LOG_KEYS if info.get(k) is not None}, **placed.evidence}
         yield Finding(
             id=ID, severity="warning" if collateral or stopped else "critical", title=title, ranks=tuple(ranks),
-            hosts=tuple(hosts), step=step, phase=phase,
-            evidence={"exc_type": exc_type, "message": info.get("message"), "signal": signal, "exitcode": exitcode,
-                      "source": info.get("source"), "root_cause": info.get("root_cause"),
-                      **{k: info[k] for k in LOG_KEYS if info.get(k) is not None}, **placed.evidence},
+            hosts=tuple(hosts), step=step, phase=phase, evidence=evidence, facts=_facts(evidence),
             hints=_hints(signal, exitcode, info) + placed.hints,
         )
 
@@ -201,12 +204,19 @@ def _unranked_findings(unranked: list[dict[str, Any]]) -> Iterator[Finding]:
             title = f"the rollout engine died: {info.get('exc_type')}"
             if info.get("exception") and not info["exception"].startswith(str(info.get("exc_type"))):
                 title += f" ({info['exception'][:160]})"
+        evidence = {"exc_type": info.get("exc_type"), "message": info.get("message"), "signal": None,
+                    "exitcode": None, "source": info.get("source"), "root_cause": None,
+                    "num_reports": len(infos), **{k: info[k] for k in LOG_KEYS if info.get(k) is not None}}
         yield Finding(id=ID, severity="warning" if component == "launcher-signal" else "critical", title=title,
-                      ranks=(), hosts=(), step=None, phase=None,
-                      evidence={"exc_type": info.get("exc_type"), "message": info.get("message"), "signal": None,
-                                "exitcode": None, "source": info.get("source"), "root_cause": None,
-                                "num_reports": len(infos), **{k: info[k] for k in LOG_KEYS if info.get(k) is not None}},
+                      ranks=(), hosts=(), step=None, phase=None, evidence=evidence, facts=_facts(evidence),
                       hints=_hints(None, None, info))
+
+
+def _facts(evidence: dict[str, Any]) -> CrashFacts:
+    """The values of the evidence that incidents.py judges by, typed (analysis/finding_facts.py)."""
+    return CrashFacts(exc_type=evidence["exc_type"], message=evidence["message"], signal=evidence["signal"],
+                      exitcode=evidence["exitcode"], cuda_fault=evidence.get("cuda_fault"),
+                      root_cause=evidence["root_cause"])
 
 
 def _hints(signal: str | None, exitcode: int | None, info: dict[str, Any] | None = None) -> tuple[str, ...]:
@@ -266,4 +276,4 @@ def _stopped_without_end(info: dict[str, Any]) -> bool:
 def _run_is_over(run: Evidence) -> bool:
     """A rank without an end record is only suspicious once the job is over: watch says so, or
     another rank ended."""
-    return bool(run.summaries) or any(log.end is not None for log in (run.run.ranks.values() if run.run else ()))
+    return bool(run.summaries) or any(log.end is not None for log in run.rank_logs.values())

@@ -26,10 +26,12 @@ from grpo_doctor.analysis import remedies
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.analysis.probe_evidence import probe_findings
+from grpo_doctor.analysis.views import View
 from grpo_doctor.logs.kinds import RENDEZVOUS_FAILURE
 from grpo_doctor.schema.ranks import format_ranks
 
 ID = "rendezvous-failure"
+READS = {View.LOG_SIGNATURES, View.PROBE_RESULTS, View.RANKS}
 
 HINT_PORT = ("Another process already listens on MASTER_PORT on this node (an earlier job, or a leftover process "
              "of a crashed run): choose a free port (MASTER_PORT=29501, torchrun --master-port or "

@@ -49,9 +49,11 @@ from dataclasses import dataclass, field
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.analysis.rollout_tables import cross_rank_overlaps, fingerprinted_ranks, rng_collisions
+from grpo_doctor.analysis.views import View
 from grpo_doctor.schema.ranks import format_ranks
 
 ID = "seed-collision"
+READS = {View.ROLLOUT_TABLES}
 
 HINTS = (
     "Give every sampling process its own seed: TRL set_seed(seed, device_specific=True) (seed + process index); "

@@ -41,11 +41,13 @@ from grpo_doctor.analysis import remedies
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.grpo_metrics import column, step_series
 from grpo_doctor.analysis.load import Evidence
+from grpo_doctor.analysis.views import View
 from grpo_doctor.checks.rollout_rules import DRIFT_METRICS, drifted
 from grpo_doctor.checks.rollout_rules import StaleRolloutWeightsConfig as Config  # watch reads it too
 from grpo_doctor.schema import WeightSync
 
 ID = "stale-rollout-weights"
+READS = {View.FRAMEWORK_METRICS, View.RANK_LOGS, View.RANK_TABLES, View.RANKS, View.ROLLOUT_TABLES}
 
 HINT_SYNC = ("Check the weight sync into the rollout engine runs every step and succeeds: TRL server mode needs "
              "`trl vllm-serve` reachable with its NCCL weight-update group up; colocate mode syncs inside the trainer "
@@ -103,7 +105,7 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
 
 def _fingerprints(run: Evidence) -> Iterator[Finding]:
     """The weight-sync records' half of the rule (see the module doc)."""
-    records = [(rank, r) for rank, log in sorted((run.run.ranks if run.run else {}).items())
+    records = [(rank, r) for rank, log in sorted(run.rank_logs.items())
                for r in log.of_kind(WeightSync)]
     checked = sorted(((r.step if r.step is not None else -1, rank, r) for rank, r in records if r.checked),
                      key=lambda item: item[:2])

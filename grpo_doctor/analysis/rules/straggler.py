@@ -46,9 +46,11 @@ from grpo_doctor.analysis.launch_settings import differing_settings
 from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.analysis.parallel_layout import HINT_GROUP_LINKS, place
 from grpo_doctor.analysis.probe_evidence import probe_findings
+from grpo_doctor.analysis.views import View
 from grpo_doctor.schema.ranks import format_ranks
 
 ID = "straggler"
+READS = {View.PROBE_RESULTS, View.RANK_LOGS, View.RANK_TABLES, View.RANKS}
 
 GPU_COUNT_SETTINGS = {"NPROC_PER_NODE", "local_world_size", "CUDA_VISIBLE_DEVICES (count)"}
 HINT_NODES = ("The nodes run different numbers of ranks: give every node the same number of GPUs (NPROC_PER_NODE and "

@@ -15,8 +15,10 @@ from grpo_doctor.analysis import remedies
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.analysis.probe_evidence import probe_findings
+from grpo_doctor.analysis.views import View
 
 ID = "version-mismatch"
+READS = {View.PROBE_RESULTS, View.RANKS}
 
 HINTS = (
     "Install the same versions on every node (one requirements file or one container image). Pin vLLM to the "

@@ -25,9 +25,11 @@ from grpo_doctor.analysis import remedies
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.analysis.remedies import SWIFT, SWIFT_ROLLOUT, TRL, TRL_SERVE, VERL
+from grpo_doctor.analysis.views import View
 from grpo_doctor.logs.kinds import VLLM_MEMORY
 
 ID = "vllm-memory"
+READS = {View.LOG_SIGNATURES, View.RANKS}
 
 # Flags per framework (and their defaults) come from remedies.py: the same setting is spelled three ways.
 HINT_RAISE = ("Raise vLLM's memory share where it has the GPU to itself (server mode: "

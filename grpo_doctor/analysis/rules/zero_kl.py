@@ -22,10 +22,12 @@ import pandas as pd
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.grpo_metrics import beta_of, column, finite, longest_run, step_series
 from grpo_doctor.analysis.load import Evidence
+from grpo_doctor.analysis.views import View
 from grpo_doctor.checks.rollout_rules import ZeroKlConfig as Config  # watch's live rules read it too
 from grpo_doctor.checks.rollout_rules import groups_disagree, kl_is_zero, policy_moving
 
 ID = "zero-kl"
+READS = {View.FRAMEWORK_METRICS, View.RANK_TABLES, View.RANKS, View.ROLLOUT_TABLES}
 
 HINTS = (
     "The reference model may be the policy itself: with LoRA / PEFT the reference must be the base with the "

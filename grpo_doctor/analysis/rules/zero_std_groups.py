@@ -25,10 +25,12 @@ from grpo_doctor.analysis import remedies
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.grpo_metrics import BATCH_FLAG, zero_std_shares
 from grpo_doctor.analysis.load import Evidence
+from grpo_doctor.analysis.views import View
 from grpo_doctor.checks.rollout_rules import ZeroStdGroupsConfig as Config  # watch's live rules read it too
 from grpo_doctor.checks.rollout_rules import zero_std_window_fires
 
 ID = "zero-std-groups"
+READS = {View.FRAMEWORK_METRICS, View.RANK_TABLES, View.RANKS, View.ROLLOUT_TABLES}
 
 HINTS = (
     remedies.DYNAMIC_SAMPLING[0].upper() + remedies.DYNAMIC_SAMPLING[1:] + ".",
