@@ -9,9 +9,10 @@ import sys
 import pynvml
 import pytest
 from fake_pynvml import FakeDriver, FakeGpu
+from sample_files import load_samples
 
 from grpo_doctor.host.nvml import Nvml
-from grpo_doctor.supervisor.sampler import GpuSample, Sampler, load_samples
+from grpo_doctor.supervisor.sampler import GpuSample, Sampler
 
 FAULTY = {pynvml.NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL: 12,
           pynvml.NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL: 2,
