@@ -64,10 +64,10 @@ class InputSummary:
                    unmatched_lines=data.get("unmatched_lines"), areas=tuple(data.get("areas") or ()))
 
 
-def describe_coverage(ev: Evidence) -> tuple[list[InputSummary], list[str], list[str]]:
+def describe_coverage(run: Evidence) -> tuple[list[InputSummary], list[str], list[str]]:
     """(one InputSummary per input path, the areas no input reached, warnings for inputs in which
     nothing was recognised)."""
-    inputs = [_describe_path(ev, Path(p)) for p in ev.paths]
+    inputs = [_describe_path(run, Path(p)) for p in run.paths]
     reached = {area for summary in inputs for area in summary.areas}
     warnings = [_unrecognised_warning(s) for s in inputs if not s.recognised]
     return inputs, [a for a in AREAS if a not in reached], warnings
@@ -90,15 +90,15 @@ def _under(source: str | Path | None, path: Path) -> bool:
     return source == path or path in source.parents
 
 
-def _describe_path(ev: Evidence, path: Path) -> InputSummary:
+def _describe_path(run: Evidence, path: Path) -> InputSummary:
     recognised: list[str] = []
     areas: set[str] = set()
     rows = 0
-    ranks = [log for log in (ev.run.ranks.values() if ev.run else ()) if _under(log.path, path)]
+    ranks = [log for log in run.rank_logs.values() if _under(log.path, path)]
     if ranks:
         num_records = sum(len(log.records) for log in ranks)
-        num_phases = int(ev.phases["rank"].isin([log.rank for log in ranks]).sum()) if not ev.phases.empty else 0
-        num_memory = int(ev.memory["rank"].isin([log.rank for log in ranks]).sum()) if not ev.memory.empty else 0
+        num_phases = int(run.phases["rank"].isin([log.rank for log in ranks]).sum()) if not run.phases.empty else 0
+        num_memory = int(run.memory["rank"].isin([log.rank for log in ranks]).sum()) if not run.memory.empty else 0
         recognised.append(f"rank records of {len(ranks)} rank(s)")
         rows += num_records + num_phases + num_memory
         areas.add("crashes")
@@ -107,7 +107,7 @@ def _describe_path(ev: Evidence, path: Path) -> InputSummary:
         if num_memory:
             areas.add("memory")
         ranks_set = {log.rank for log in ranks}
-        if any(r.rank in ranks_set for r in ev.rollout_records) or _has_steps(ev, ranks_set):
+        if any(r.rank in ranks_set for r in run.rollout_records) or _has_steps(run, ranks_set):
             areas.add("rollouts")
         if len({log.host for log in ranks if log.host}) > 1:
             areas.add("network")
@@ -116,15 +116,15 @@ def _describe_path(ev: Evidence, path: Path) -> InputSummary:
         hosts = sorted(p.name for p in supervisor.iterdir() if p.is_dir())
         recognised.append(f"watch output of host(s) {', '.join(hosts)}")
         areas |= {"crashes", "hangs"}
-        if not ev.samples.empty and (ev.samples["kind"] == "gpu").any():
+        if not run.samples.empty and (run.samples["kind"] == "gpu").any():
             areas.add("memory")
-    dumps = [d for d in ev.flight_dumps if _under(d.path, path)]
+    dumps = [d for d in run.flight_dumps if _under(d.path, path)]
     if dumps:
         recognised.append(f"{len(dumps)} flight-recorder dump(s)")
         rows += sum(len(d.entries) for d in dumps)
         areas.add("hangs")
-    sig_kinds = Counter(row["kind"] for row in ev.signature_rows if _under(row["source"], path))
-    sig_lines = sum(str(row["text"]).count("\n") + 1 for row in ev.signature_rows if _under(row["source"], path))
+    sig_kinds = Counter(row["kind"] for row in run.signature_rows if _under(row["source"], path))
+    sig_lines = sum(str(row["text"]).count("\n") + 1 for row in run.signature_rows if _under(row["source"], path))
     if sig_kinds:
         recognised.append("failure messages: " + ", ".join(f"{k} x{n}" for k, n in sorted(sig_kinds.items())))
         rows += sum(sig_kinds.values())
@@ -132,7 +132,7 @@ def _describe_path(ev: Evidence, path: Path) -> InputSummary:
         if any(k in _HANG_KINDS for k in sig_kinds):
             areas.add("hangs")
     metric_rows = 0
-    for log in ev.metric_logs:
+    for log in run.metric_logs:
         if _under(log.path, path) and (log.steps or log.completions):
             fmt = getattr(log, "format", None) or log.source
             recognised.append(f"{len(log.steps)} metric row(s) ({fmt})")
@@ -143,7 +143,7 @@ def _describe_path(ev: Evidence, path: Path) -> InputSummary:
                               "(episodes: not judged)")
             metric_rows += log.unjudged_rows
     rows += metric_rows
-    if ev.probe is not None and any(_under(f, path) for f, _ in [*ev.probe.nodes, *ev.probe.collectives]):
+    if run.probe is not None and any(_under(f, path) for f, _ in [*run.probe.nodes, *run.probe.collectives]):
         recognised.append("probe results")
         areas.add("network")
     lines_read = unmatched = None
@@ -158,10 +158,10 @@ def _describe_path(ev: Evidence, path: Path) -> InputSummary:
                         unmatched_lines=unmatched, areas=tuple(a for a in AREAS if a in areas))
 
 
-def _has_steps(ev: Evidence, ranks: set[int]) -> bool:
-    if ev.steps.empty or "rank" not in ev.steps:
+def _has_steps(run: Evidence, ranks: set[int]) -> bool:
+    if run.steps.empty or "rank" not in run.steps:
         return False
-    return bool(ev.steps["rank"].isin(list(ranks)).any())
+    return bool(run.steps["rank"].isin(list(ranks)).any())
 
 
 def _count_lines(path: Path, known: KnownLines | None = None) -> int | None:

@@ -1,6 +1,6 @@
 """The step metrics as the degenerate-rollout rules read them: canonical names, one series per source.
 
-`ev.steps` holds event-log rows (source "grpo-doctor", the trainer's own metric names, one row per
+`run.steps` holds event-log rows (source "grpo-doctor", the trainer's own metric names, one row per
 rank) and framework-log rows (source "trl" / "ms-swift", already renamed, written by rank 0).
 Rules judge each source on its own: a run passed both as a run directory and as TRL's output
 directory is judged twice rather than mixed. Within a source a step's value is the median over
@@ -45,35 +45,35 @@ BATCH_FLAG = "frac_reward_zero_std, batch-level (a lower bound)"
 ROLLOUT_SHARE = "rollout records"
 
 
-def rank_metrics(ev: Evidence) -> pd.DataFrame:
+def rank_metrics(run: Evidence) -> pd.DataFrame:
     """One row per source, rank and step with the canonical metrics (metric_names.py)."""
-    steps = ev.steps if "source" in ev.steps.columns else ev.steps.assign(source=EVENT_LOG_SOURCE)
+    steps = run.steps if "source" in run.steps.columns else run.steps.assign(source=EVENT_LOG_SOURCE)
     if steps.empty or "step" not in steps.columns:
         return pd.DataFrame(columns=["source", "rank", "step"])
     parts = []
     for source, rows in steps.groupby("source", sort=False):
         # metric_logs.py has already named a framework log's reward_std; the event log's is named here
-        group_mean = source == SWIFT or (source == EVENT_LOG_SOURCE and event_log_reward_std(_argvs(ev)) == "group_mean")
+        group_mean = source == SWIFT or (source == EVENT_LOG_SOURCE and event_log_reward_std(_argvs(run)) == "group_mean")
         parts.append(canonical_frame(rows, reward_std_is="group_mean" if group_mean else "batch"))
     out = pd.concat(parts, ignore_index=True)
     return out[out["step"].notna()].astype({"step": int})
 
 
-def step_series(ev: Evidence) -> dict[str, pd.DataFrame]:
+def step_series(run: Evidence) -> dict[str, pd.DataFrame]:
     """{source: canonical metrics indexed by step (ascending), the median over ranks}.
 
     Nine rules and the report ask for this; on 64 ranks x 2,000 steps it takes a quarter of a
     second, so the last answer is kept while the evidence and its steps table stay the same objects.
     The dict is a copy (callers add to it); the frames are shared and must not be changed in place."""
     global _last_series
-    if _last_series is not None and _last_series[0] is ev and _last_series[1] is ev.steps:
+    if _last_series is not None and _last_series[0] is run and _last_series[1] is run.steps:
         return dict(_last_series[2])
-    table = rank_metrics(ev)
+    table = rank_metrics(run)
     out = {}
     for source, rows in table.groupby("source", sort=False):
         numeric = rows.drop(columns=[c for c in ("source", "rank", "host", "t") if c in rows.columns])
         out[str(source)] = numeric.groupby("step").median().sort_index()
-    _last_series = (ev, ev.steps, out)
+    _last_series = (run, run.steps, out)
     return dict(out)
 
 
@@ -104,22 +104,22 @@ def longest_run(mask: pd.Series, min_steps: int) -> tuple[int, int, int] | None:
     return max(runs, key=lambda r: r[2]) if runs else None
 
 
-def beta_of(ev: Evidence, source: str) -> float | None:
+def beta_of(run: Evidence, source: str) -> float | None:
     """The KL coefficient, where the run states it: ms-swift's args.json, `--beta` on the command line
     (reference trainer, TRL and ms-swift scripts), or a logged `beta` metric. None: not stated."""
     if source != EVENT_LOG_SOURCE:
-        for log in ev.metric_logs:
+        for log in run.metric_logs:
             if log.source == source and isinstance(log.args.get("beta"), (int, float)):
                 return float(log.args["beta"])
         return None
-    value = _launch_arg(ev, "--beta")
+    value = _launch_arg(run, "--beta")
     if value is not None:
         try:
             return float(value)
         except ValueError:
             return None
-    if "beta" in ev.steps.columns:
-        values = pd.to_numeric(ev.steps["beta"], errors="coerce").dropna()
+    if "beta" in run.steps.columns:
+        values = pd.to_numeric(run.steps["beta"], errors="coerce").dropna()
         if not values.empty:
             return float(values.iloc[-1])
     return None
@@ -132,9 +132,9 @@ def finite(value: float | None) -> float | None:
     return round(float(value), 6)
 
 
-def launched_by_swift(ev: Evidence) -> bool:
+def launched_by_swift(run: Evidence) -> bool:
     """Whether the ranks ran ms-swift's command line (schema/metric_vocab.is_swift_command)."""
-    return any(is_swift_command(argv) for argv in _argvs(ev))
+    return any(is_swift_command(argv) for argv in _argvs(run))
 
 
 @dataclass(frozen=True)
@@ -145,15 +145,15 @@ class ZeroStdShare:
     origin: str  # LOGGED_SHARE, BATCH_FLAG (1 only when every group was zero-std) or ROLLOUT_SHARE
 
 
-def zero_std_shares(ev: Evidence) -> dict[str, ZeroStdShare]:
+def zero_std_shares(run: Evidence) -> dict[str, ZeroStdShare]:
     """{source: ZeroStdShare}: the logged frac_reward_zero_std, or for the event log, where that is not
     logged or is only a batch-level flag, the ranks' rollout records (rollout_zero_std_share)."""
     out = {}
-    for source, steps in step_series(ev).items():
+    for source, steps in step_series(run).items():
         logged = column(steps, "frac_reward_zero_std")
         if logged is not None:
-            out[source] = ZeroStdShare(logged, BATCH_FLAG if _zero_std_is_batch_flag(ev, source) else LOGGED_SHARE)
-    from_rollouts = rollout_zero_std_share(ev.rollout_records)
+            out[source] = ZeroStdShare(logged, BATCH_FLAG if _zero_std_is_batch_flag(run, source) else LOGGED_SHARE)
+    from_rollouts = rollout_zero_std_share(run.rollout_records)
     logged = out.get(EVENT_LOG_SOURCE)
     if not from_rollouts.empty and (logged is None or logged.origin == BATCH_FLAG):
         out[EVENT_LOG_SOURCE] = ZeroStdShare(from_rollouts, ROLLOUT_SHARE)
@@ -172,16 +172,16 @@ def rollout_zero_std_share(records: Iterable[Rollout]) -> pd.Series:
     return pd.Series(shares, dtype=float).sort_index()
 
 
-def _zero_std_is_batch_flag(ev: Evidence, source: str) -> bool:
+def _zero_std_is_batch_flag(run: Evidence, source: str) -> bool:
     """Whether the logged frac_reward_zero_std is only TRL's batch-level flag (schema/metric_vocab.py).
     Known only from the event log's command line: TRL's output directory keeps its arguments in a pickle."""
-    return source == EVENT_LOG_SOURCE and zero_std_is_batch_flag(_argvs(ev))
+    return source == EVENT_LOG_SOURCE and zero_std_is_batch_flag(_argvs(run))
 
 
-def _argvs(ev: Evidence) -> list:
-    return [header.argv for header in ev.headers.values()]
+def _argvs(run: Evidence) -> list:
+    return [header.argv for header in run.headers.values()]
 
 
-def _launch_arg(ev: Evidence, name: str) -> str | None:
+def _launch_arg(run: Evidence, name: str) -> str | None:
     """The value of `name value` or `name=value` on the ranks' command line; None when not given."""
-    return launch_arg(_argvs(ev), name)
+    return launch_arg(_argvs(run), name)

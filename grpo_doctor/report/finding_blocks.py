@@ -32,13 +32,13 @@ KIND_TEXT = {"reward": "in a reward function", "data-loader": "waiting for its d
              "server-request": "waiting for a server's answer", "collective": "in a collective the other ranks are not in"}
 
 
-def finding_blocks(findings: FindingsFile, ev: Evidence) -> list[dict[str, Any]]:
+def finding_blocks(findings: FindingsFile, run: Evidence) -> list[dict[str, Any]]:
     blocks = []
     for group in group_findings(list(findings.findings)):
         # A finding that stands alone shows a stack only where its own evidence holds one (a hang that watch
         # ended, with no consequence): never a traceback borrowed from its rank's log.
         own = any(group.lead.evidence.get(k) for k in STACK_KEYS)
-        stack = culprit_stack(group.lead, ev, group.consequences) if group.is_incident or own else {}
+        stack = culprit_stack(group.lead, run, group.consequences) if group.is_incident or own else {}
         hidden = STACK_KEYS if stack else ()
         blocks.append({"root": group.is_incident, "lead": _card(group.lead, hidden),
                        "stack": stack, "summary": consequence_summary(group),
@@ -76,7 +76,7 @@ def consequence_summary(group: FindingGroup) -> str:
     return f"{n} consequence{'s' if n > 1 else ''}: " + "; ".join(titles) + more
 
 
-def culprit_stack(f: Finding, ev: Evidence, consequences: tuple[Finding, ...] = ()) -> dict[str, Any]:
+def culprit_stack(f: Finding, run: Evidence, consequences: tuple[Finding, ...] = ()) -> dict[str, Any]:
     """What the root cause's rank(s) were doing, from the finding's evidence (the hang rule's
     `culprit_stacks` {rank: frames innermost first} with `culprit_code`, or a flat `culprit_frames`;
     `stack_groups`, one line per group of identical stacks; `waiting_calls`, where the others
@@ -93,7 +93,7 @@ def culprit_stack(f: Finding, ev: Evidence, consequences: tuple[Finding, ...] = 
     code = {str(r): c for r, c in (evidence.get("culprit_code") or {}).items() if isinstance(c, dict)}
     kinds = {str(r): c for r, c in (evidence.get("culprit_kind") or {}).items() if isinstance(c, dict)}
     stacks = [{"rank": str(r), "where": _where(code.get(str(r))), "kind": _kind_text(kinds.get(str(r))),
-               "frames": _full_frames(ev, evidence, r) or [str(x) for x in frames]}
+               "frames": _full_frames(run, evidence, r) or [str(x) for x in frames]}
               for r, frames in (evidence.get("culprit_stacks") or {}).items() if frames]
     if evidence.get("culprit_frames"):
         stacks.append({"rank": format_ranks(f.ranks), "where": "", "kind": "",
@@ -102,8 +102,8 @@ def culprit_stack(f: Finding, ev: Evidence, consequences: tuple[Finding, ...] = 
     waiting = [f"rank {r}: {_call_text(call)}" for r, call in (evidence.get("waiting_calls") or {}).items() if call]
     traceback: list[str] = []
     rank = f.ranks[0] if len(f.ranks) == 1 else None
-    if not stacks and rank is not None and ev.run is not None and rank in ev.run.ranks:
-        errors = [e for e in ev.run.ranks[rank].errors if e.traceback]
+    if not stacks and rank is not None and rank in run.rank_logs:
+        errors = [e for e in run.rank_logs[rank].errors if e.traceback]
         if errors:
             traceback = errors[-1].traceback.rstrip("\n").splitlines()[-MAX_TRACEBACK_LINES:]
     if not (stacks or groups or waiting or traceback):
@@ -112,7 +112,7 @@ def culprit_stack(f: Finding, ev: Evidence, consequences: tuple[Finding, ...] = 
             "traceback": traceback}
 
 
-def _full_frames(ev: Evidence, evidence: dict[str, Any], rank: Any) -> list[str]:
+def _full_frames(run: Evidence, evidence: dict[str, Any], rank: Any) -> list[str]:
     """Every frame of the rank's main thread in the hang report the finding was made from (the evidence
     keeps the first 40): what `py-spy dump` showed, innermost first. [] where the report is not loaded."""
     try:
@@ -120,7 +120,7 @@ def _full_frames(ev: Evidence, evidence: dict[str, Any], rank: Any) -> list[str]
     except (TypeError, ValueError):
         return []
     hang_file = evidence.get("hang_file")
-    for report in ev.hangs:
+    for report in run.hangs:
         if not hang_file or report.file != hang_file:
             continue
         for capture in hang_captures(report):

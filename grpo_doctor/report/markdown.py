@@ -53,12 +53,12 @@ class Part:
     what: str  # named in the note when it is left out: "log excerpts", "evidence tables", ...
 
 
-def render_markdown(ev: Evidence, findings: FindingsFile, html_path: Path | None = None,
+def render_markdown(run: Evidence, findings: FindingsFile, html_path: Path | None = None,
                     max_chars: int = MAX_CHARS) -> str:
     groups = group_findings(list(findings.findings))
     parts = [Part(_verdict(findings, groups), VERDICT, "the verdict")]
     for i, group in enumerate(groups):
-        parts += _group_parts(group, ev, lead=i == 0)
+        parts += _group_parts(group, run, lead=i == 0)
     if not groups:
         parts.append(Part(_coverage_text(findings), LEAD, "what was read"))
     if findings.warnings:
@@ -66,10 +66,10 @@ def render_markdown(ev: Evidence, findings: FindingsFile, html_path: Path | None
         if len(findings.warnings) > MAX_LIST_LINES:
             notes.append(f"- ... and {len(findings.warnings) - MAX_LIST_LINES} more (findings.json lists them)")
         parts.append(Part("### Notes on the evidence\n\n" + "\n".join(notes), NOTES, "notes on the evidence"))
-    ranks = _ranks_table(ev)
+    ranks = _ranks_table(run)
     if ranks:
         parts.append(Part(ranks, RANKS, "ranks table"))
-    parts += [Part(x, EXCERPTS, "log excerpts") for x in _excerpts(ev)]
+    parts += [Part(x, EXCERPTS, "log excerpts") for x in _excerpts(run)]
     runs = ", ".join(code(p, 200) for p in findings.run[:3]) + (f" and {len(findings.run) - 3} more"
                                                                   if len(findings.run) > 3 else "")
     footer = (f"*grpo-doctor {text(__version__)}; run: {runs}"
@@ -98,10 +98,10 @@ def _verdict(findings: FindingsFile, groups: list[FindingGroup]) -> str:
     return "\n".join(lines)
 
 
-def _group_parts(group: FindingGroup, ev: Evidence, lead: bool) -> list[Part]:
+def _group_parts(group: FindingGroup, run: Evidence, lead: bool) -> list[Part]:
     f = group.lead
     core_tier = LEAD if lead else OTHER
-    stack = culprit_stack(f, ev, group.consequences)
+    stack = culprit_stack(f, run, group.consequences)
     kind = "Root cause" if group.is_incident else f.severity.capitalize()
     head = [f"### {kind}: {code(f.id)}" + ("" if kind == f.severity.capitalize() else f" ({f.severity})"), "",
             prose(f.title)]
@@ -173,9 +173,9 @@ def _coverage_text(findings: FindingsFile) -> str:
     return "\n".join(lines)
 
 
-def _ranks_table(ev: Evidence) -> str:
+def _ranks_table(run: Evidence) -> str:
     """The ranks that did not end cleanly (all of them when there are few), at most MAX_RANK_ROWS."""
-    rows = rank_rows(ev)
+    rows = rank_rows(run)
     shown = rows if len(rows) <= 8 else [r for r in rows if r["odd"]]
     if not shown:
         return ""
@@ -189,9 +189,9 @@ def _ranks_table(ev: Evidence) -> str:
     return "\n".join(lines)
 
 
-def _excerpts(ev: Evidence) -> list[str]:
+def _excerpts(run: Evidence) -> list[str]:
     out = []
-    for i, x in enumerate(log_excerpts(ev.signature_rows, max_excerpts=MAX_EXCERPTS)):
+    for i, x in enumerate(log_excerpts(run.signature_rows, max_excerpts=MAX_EXCERPTS)):
         heading = "### Log excerpts\n\n" if i == 0 else ""
         known = x["rank"] is not None and x["rank"] == x["rank"]  # a NaN rank (from a table) is no rank
         rank = f", rank {text(int(x['rank']))}" if known else ""

@@ -24,8 +24,8 @@ OTHER = "#cccccc"
 MAX_FIXES = 6
 
 
-def plan_section(ev: Evidence) -> list[dict[str, Any]]:
-    return [_host_section(host, data) for host, data in sorted(ev.memory_plans.items())]
+def plan_section(run: Evidence) -> list[dict[str, Any]]:
+    return [_host_section(host, data) for host, data in sorted(run.memory_plans.items())]
 
 
 def _host_section(host: str, data: dict) -> dict[str, Any]:

@@ -59,22 +59,22 @@ class TimelinePlot:
     cut: TimeCut | None = None
 
 
-def phase_timeline(ev: Evidence, num_steps: int = TIMELINE_STEPS) -> TimelinePlot | None:
+def phase_timeline(run: Evidence, num_steps: int = TIMELINE_STEPS) -> TimelinePlot | None:
     """Top-level phases per rank over the last `num_steps` steps; open phases hatched and labelled
     with their name, the hang moment and errors marked. A long stretch in which nothing happened
     (a hang: one phase open for minutes) is cut out of the time axis, and then only the last
     STEPS_BEFORE_CUT steps are drawn, so that the steps before the failure stay readable."""
-    top = ev.phases[ev.phases["path"] == ev.phases["phase"]]  # top level: the path is the name itself
+    top = run.phases[run.phases["path"] == run.phases["phase"]]  # top level: the path is the name itself
     if top.empty:
         return None
-    end_of_run = _end_of_run(ev)
-    top, num_ranks = _rows_to_draw(ev, top), top["rank"].nunique()
+    end_of_run = _end_of_run(run)
+    top, num_ranks = _rows_to_draw(run, top), top["rank"].nunique()
     shown = _last_steps(top, num_steps)
-    cut = _cut_for(ev, shown, end_of_run)
+    cut = _cut_for(run, shown, end_of_run)
     if cut is not None and cut.at_end and num_steps > STEPS_BEFORE_CUT:
         shown = _last_steps(top, STEPS_BEFORE_CUT)
-        cut = _cut_for(ev, shown, end_of_run)
-    uri, labels = _draw_timeline(ev, shown, end_of_run, cut)
+        cut = _cut_for(run, shown, end_of_run)
+    uri, labels = _draw_timeline(run, shown, end_of_run, cut)
     note = _timeline_note(top, shown, cut)
     drawn = top["rank"].nunique()
     if drawn < num_ranks:
@@ -83,12 +83,12 @@ def phase_timeline(ev: Evidence, num_steps: int = TIMELINE_STEPS) -> TimelinePlo
     return TimelinePlot(uri=uri, note=note, labels=labels, cut=cut)
 
 
-def _rows_to_draw(ev: Evidence, top: pd.DataFrame, max_ranks: int = TIMELINE_MAX_RANKS) -> pd.DataFrame:
+def _rows_to_draw(run: Evidence, top: pd.DataFrame, max_ranks: int = TIMELINE_MAX_RANKS) -> pd.DataFrame:
     ranks = sorted(top["rank"].unique())
     if len(ranks) <= max_ranks:
         return top
     recent = _last_steps(top, TIMELINE_STEPS)
-    notable = [*recent.loc[recent["end_t"].isna(), "rank"], *ev.errors["rank"].dropna().astype(int),
+    notable = [*recent.loc[recent["end_t"].isna(), "rank"], *run.errors["rank"].dropna().astype(int),
                *recent.groupby("rank")["duration_s"].sum().sort_values(ascending=False).index]
     present = set(ranks)
     chosen = set(list(dict.fromkeys(r for r in notable if r in present))[:max_ranks // 2])
@@ -105,12 +105,12 @@ def _last_steps(top: pd.DataFrame, num_steps: int) -> pd.DataFrame:
     return top[top["step"].isna() | (top["step"] >= steps.max() - num_steps + 1)]
 
 
-def _cut_for(ev: Evidence, top: pd.DataFrame, end_of_run: float) -> TimeCut | None:
+def _cut_for(run: Evidence, top: pd.DataFrame, end_of_run: float) -> TimeCut | None:
     start = float(top["begin_t"].min())
     times = [top["begin_t"].to_numpy(float), top["end_t"].dropna().to_numpy(float)]
-    errors = ev.errors[ev.errors["rank"].isin(top["rank"].unique())]
+    errors = run.errors[run.errors["rank"].isin(top["rank"].unique())]
     times.append(errors["t"].to_numpy(float))
-    times.append(np.array([h.detected_t for h in ev.hangs if h.detected_t is not None], dtype=float))
+    times.append(np.array([h.detected_t for h in run.hangs if h.detected_t is not None], dtype=float))
     return find_cut(np.concatenate(times) - start, end_of_run - start)
 
 
@@ -126,7 +126,7 @@ def _timeline_note(top: pd.DataFrame, shown: pd.DataFrame, cut: TimeCut | None) 
     return ("Cut: " + "; ".join(parts) + ".") if parts else ""
 
 
-def _draw_timeline(ev: Evidence, top: pd.DataFrame, end_of_run: float, cut: TimeCut | None
+def _draw_timeline(run: Evidence, top: pd.DataFrame, end_of_run: float, cut: TimeCut | None
                    ) -> tuple[str, tuple[str, ...]]:
     start = float(top["begin_t"].min())
     ranks = sorted(top["rank"].unique())
@@ -158,17 +158,17 @@ def _draw_timeline(ev: Evidence, top: pd.DataFrame, end_of_run: float, cut: Time
         else:
             closed = ~is_open & (phase == name)
             _boxes(ax, x0[closed], x1[closed], row[closed], color=colours[name], label=name)
-    for hang in ev.hangs:
+    for hang in run.hangs:
         if hang.detected_t is not None:
             ax.axvline(float(axis(hang.detected_t - start)), color="#c0392b", linestyle="--", label="hang detected")
-    errors = ev.errors[ev.errors["rank"].isin(ranks)]
+    errors = run.errors[run.errors["rank"].isin(ranks)]
     if not errors.empty:
         ax.scatter(axis((errors["t"] - start).to_numpy(float)), [ranks.index(r) for r in errors["rank"]], marker="X",
                    s=80, color="#c0392b", zorder=5, label="error")
     ax.set_xlim(-0.01 * float(x1.max()), float(x1.max()) * 1.01)
     # The ranks the others wait for (watch's culprits, else the ranks in the odd collective) are marked on
     # their row: in a hang every rank may be open in the same phase, and the bars alone look alike.
-    waited_for = {int(r) for h in ev.hangs for r in (h.culprits or h.odd_ranks)}
+    waited_for = {int(r) for h in run.hangs for r in (h.culprits or h.odd_ranks)}
     ax.set_yticks(range(len(ranks)), [f"rank {r} (waited for)" if r in waited_for else f"rank {r}" for r in ranks])
     for tick, rank in zip(ax.get_yticklabels(), ranks, strict=True):
         if rank in waited_for:
@@ -238,15 +238,15 @@ def _boxes(ax, x0: np.ndarray, x1: np.ndarray, row: np.ndarray, **style) -> None
     ax.add_collection(PolyCollection(verts, **style))  # type: ignore[arg-type]
 
 
-def memory_over_time(ev: Evidence) -> str | None:
+def memory_over_time(run: Evidence) -> str | None:
     """GPU memory allocated per rank (or host RSS where no GPU figure exists), with the OOM point."""
-    mem = ev.memory
+    mem = run.memory
     series = []
     if not mem.empty and mem["allocated_bytes"].notna().any():
         series.append(("GPU allocated by PyTorch (GiB)", mem.dropna(subset=["allocated_bytes"]), "allocated_bytes"))
     if not mem.empty and mem["host_rss_bytes"].notna().any():
         series.append(("host RSS (GiB)", mem.dropna(subset=["host_rss_bytes"]), "host_rss_bytes"))
-    samples = ev.samples
+    samples = run.samples
     if not samples.empty and "mem_used_bytes" in samples:
         gpus = samples[(samples["kind"] == "gpu") & samples["mem_used_bytes"].notna()]
         if not gpus.empty:
@@ -256,8 +256,8 @@ def memory_over_time(ev: Evidence) -> str | None:
         return None
     start = min(float(table["t"].min()) for _, table, _ in series)
     fig, axes = plt.subplots(len(series), 1, figsize=(11, 3.0 * len(series)), dpi=DPI, squeeze=False)
-    ooms = ev.errors[ev.errors["exc_type"].astype(str).str.contains("|".join(OOM_WORDS))
-                     | ev.errors["message"].astype(str).str.contains("out of memory")]
+    ooms = run.errors[run.errors["exc_type"].astype(str).str.contains("|".join(OOM_WORDS))
+                     | run.errors["message"].astype(str).str.contains("out of memory")]
     for ax, (title, table, column) in zip(axes[:, 0], series, strict=True):
         _lines_by(ax, table, "t", column, start, scale=2**30, by="rank")
         for _, oom in ooms.iterrows():
@@ -282,11 +282,11 @@ class MetricPlots:
     min_points: int = MIN_TREND_POINTS
 
 
-def step_metrics(ev: Evidence, max_metrics: int = MAX_METRICS,
+def step_metrics(run: Evidence, max_metrics: int = MAX_METRICS,
                  min_points: int = MIN_TREND_POINTS) -> MetricPlots | None:
     """Each numeric metric over steps, plus the step time; one line per rank, or median and band. Metrics
     logged at fewer than `min_points` steps go to a second figure (MetricPlots.few_uri)."""
-    steps = ev.steps
+    steps = run.steps
     if steps.empty or steps["step"].isna().all():
         return None
     steps = steps.sort_values(["rank", "step"]).assign(step_time_s=lambda d: d.groupby("rank")["t"].diff())
@@ -344,12 +344,12 @@ def _lines_by(ax, table: pd.DataFrame, x: str, y: str, x0: float, scale: float, 
         ax.legend(fontsize=7)
 
 
-def _end_of_run(ev: Evidence) -> float:
-    times = [ev.phases["begin_t"].max(), ev.phases["end_t"].max()]
-    for table in (ev.steps, ev.errors, ev.memory):
+def _end_of_run(run: Evidence) -> float:
+    times = [run.phases["begin_t"].max(), run.phases["end_t"].max()]
+    for table in (run.steps, run.errors, run.memory):
         if not table.empty:
             times.append(table["t"].max())
-    times += [h.detected_t for h in ev.hangs if h.detected_t is not None]
+    times += [h.detected_t for h in run.hangs if h.detected_t is not None]
     return float(pd.Series(times, dtype=float).max())
 
 

@@ -55,27 +55,27 @@ ANNOTATE_MAX_RANKS = 16  # above this the heatmap's cells are too small for numb
 DPI = 80
 
 
-def rollout_section(ev: Evidence) -> dict[str, Any] | None:
+def rollout_section(run: Evidence) -> dict[str, Any] | None:
     """Everything the _rollouts.html.j2 template shows; None when the run holds no GRPO metrics or rollouts."""
-    series = metric_series(ev)
+    series = metric_series(run)
     metric_steps = max((len(frame.index) for frame in series.values()), default=0)
-    section = {"metrics": rollout_metrics(series), "heatmap": duplicate_heatmap(ev),
-               "samples": sample_completions(ev), "sources": sorted(series),
+    section = {"metrics": rollout_metrics(series), "heatmap": duplicate_heatmap(run),
+               "samples": sample_completions(run), "sources": sorted(series),
                # too few steps for a trend: the page folds the panels (plots.MIN_TREND_POINTS)
                "metric_steps": metric_steps, "fold_metrics": metric_steps < MIN_TREND_POINTS}
     return section if section["metrics"] or section["heatmap"] or section["samples"] else None
 
 
-def metric_series(ev: Evidence) -> dict[str, pd.DataFrame]:
+def metric_series(run: Evidence) -> dict[str, pd.DataFrame]:
     """{source: canonical metrics by step}, the event log's completed from its rollout records."""
-    series = step_series(ev)
-    if ev.rollout_records:
+    series = step_series(run)
+    if run.rollout_records:
         frame = series.get(EVENT_LOG_SOURCE, pd.DataFrame())
-        extra = {"completion_length_mean": _pooled(ev.rollouts, "length_mean"),
-                 "clipped_frac": _pooled(ev.rollouts, "truncated_frac"),
-                 "distinct_1": _pooled(ev.rollouts, "distinct_1"), "distinct_2": _pooled(ev.rollouts, "distinct_2"),
-                 "edit_distance": _pooled(ev.rollouts, "edit_distance"),
-                 "duplicate_rate": duplicate_rates(ev.rollout_records)}
+        extra = {"completion_length_mean": _pooled(run.rollouts, "length_mean"),
+                 "clipped_frac": _pooled(run.rollouts, "truncated_frac"),
+                 "distinct_1": _pooled(run.rollouts, "distinct_1"), "distinct_2": _pooled(run.rollouts, "distinct_2"),
+                 "edit_distance": _pooled(run.rollouts, "edit_distance"),
+                 "duplicate_rate": duplicate_rates(run.rollout_records)}
         for name, values in extra.items():
             if values is not None and not values.empty and (name not in frame or frame[name].isna().all()):
                 frame = frame.drop(columns=[name], errors="ignore").join(values.rename(name), how="outer")
@@ -114,12 +114,12 @@ def rollout_metrics(series: dict[str, pd.DataFrame]) -> str | None:
     return _to_uri(fig)
 
 
-def duplicate_heatmap(ev: Evidence) -> str | None:
+def duplicate_heatmap(run: Evidence) -> str | None:
     """Rank x rank share of identical completions for common prompts; the diagonal: within the rank's groups."""
-    matrix = pair_matrix(cross_rank_overlaps(ev.rollout_records))
+    matrix = pair_matrix(cross_rank_overlaps(run.rollout_records))
     if matrix.empty:
         return None
-    within = ev.rollouts.dropna(subset=["duplicate_rate"]).groupby("rank")["duplicate_rate"].mean()
+    within = run.rollouts.dropna(subset=["duplicate_rate"]).groupby("rank")["duplicate_rate"].mean()
     for rank in matrix.index:
         matrix.loc[rank, rank] = within.get(rank, float("nan"))
     ranks = list(matrix.index)
@@ -141,10 +141,10 @@ def duplicate_heatmap(ev: Evidence) -> str | None:
     return _to_uri(fig)
 
 
-def sample_completions(ev: Evidence) -> list[dict[str, Any]]:
+def sample_completions(run: Evidence) -> list[dict[str, Any]]:
     """A few completions of the first, middle and last step that kept texts, cut to MAX_TEXT_CHARS;
     copies of one prompt from different ranks side by side, where a shared seed shows."""
-    table = ev.completions.dropna(subset=["step", "completion"])
+    table = run.completions.dropna(subset=["step", "completion"])
     if table.empty:
         return []
     steps = sorted(table["step"].astype(int).unique())

@@ -25,28 +25,28 @@ MAX_EVIDENCE_CHARS = 600
 MAX_STACK_FRAMES = 40
 
 
-def rank_rows(ev: Evidence) -> list[dict[str, Any]]:
+def rank_rows(run: Evidence) -> list[dict[str, Any]]:
     """One row per rank: host, attempts, last step, how it ended, open phase, first error."""
-    if ev.run is None:
+    if run.run is None:  # no rank files were read
         return []
     rows = []
-    for rank in sorted(ev.known_ranks):
-        log = ev.run.ranks.get(rank)
+    for rank in sorted(run.known_ranks):
+        log = run.rank_logs.get(rank)
         if log is None:
             rows.append({"rank": rank, "host": "", "last_step": None, "end": "no event log", "open_path": "",
                          "error": "", "odd": True})
             continue
-        state = rank_state(log, host=ev.host_of(rank))
+        state = rank_state(log, host=run.host_of(rank))
         error = f"{state.error}: {state.error_message}" if state.error else ""
         rows.append({"rank": rank, "host": state.host or "", "last_step": state.shown_step, "end": state.ending,
                      "open_path": state.open_phase or "", "error": error[:300], "odd": not state.clean})
     return rows
 
 
-def environment_table(ev: Evidence) -> dict[str, Any]:
+def environment_table(run: Evidence) -> dict[str, Any]:
     """Versions and launch settings per host (first rank of each), rows that differ marked."""
     per_host: dict[str, dict[str, Any]] = {}
-    for header in ev.headers.values():
+    for header in run.headers.values():
         if header.host in per_host:
             continue
         values: dict[str, Any] = {f"version: {k}": v for k, v in sorted((header.versions or {}).items())}
@@ -64,10 +64,10 @@ def environment_table(ev: Evidence) -> dict[str, Any]:
     return {"hosts": hosts, "rows": rows}
 
 
-def stack_sections(ev: Evidence) -> list[dict[str, Any]]:
+def stack_sections(run: Evidence) -> list[dict[str, Any]]:
     """Each hang watch investigated: grouped stacks, the ranks waited for, odd ranks, per-rank stacks."""
     out = []
-    for hang in ev.hangs:
+    for hang in run.hangs:
         odd = set(hang.odd_ranks) | set(hang.culprits)
         per_rank = []
         for rank, info in sorted(hang.ranks.items()):
