@@ -52,7 +52,7 @@ def wrong_field(record: Record | UnknownRecord) -> str | None:
 def wrong_value(cls: type[Record], values: dict[str, Any]) -> str | None:
     """`wrong_field` for a record's values by field name, before any record is built (the decoder
     judges every line so). A field left out of `values` is None (records.OMITTED_WHEN_NONE)."""
-    if _all_hold(cls)(values):  # the usual case: one generated expression, no call per field
+    if values_hold(cls)(values):  # the usual case: one generated expression, no call per field
         return None
     for name, check in _checks(cls):
         value = values.get(name)
@@ -63,19 +63,38 @@ def wrong_value(cls: type[Record], values: dict[str, Any]) -> str | None:
 
 
 @cache_by_class
-def _all_hold(cls: type[Record]) -> Callable[[dict[str, Any]], bool]:
+def values_hold(cls: type[Record]) -> Callable[[dict[str, Any]], bool]:
+    return _generated_test(cls, within_int64=False)
+
+
+@cache_by_class
+def values_hold_within_int64(cls: type[Record]) -> Callable[[dict[str, Any]], bool]:
+    """`values_hold`, and every value of a float field short of 2**63 in size: an integer written
+    there past int64 is one orjson reads as a float (json as an int), so only such a line needs
+    json's reading. NaN passes (no integer reads as NaN); an infinity does not, to be read again."""
+    return _generated_test(cls, within_int64=True)
+
+
+def _generated_test(cls: type[Record], within_int64: bool) -> Callable[[dict[str, Any]], bool]:
     """One function testing every field of `cls` in a dict of its values, generated from the
     declaration: a plain type test inline where the annotation is simple (`int | None`), the field's
-    check called where not. A third of the cost of a call per field, on millions of lines."""
+    check called where not. A third of the cost of a call per field, on millions of lines. True
+    where `wrong_value` finds nothing wrong."""
     hints = typing.get_type_hints(cls)
-    namespace: dict[str, Any] = {"MAX_WORLD_SIZE": MAX_WORLD_SIZE}
+    namespace: dict[str, Any] = {"MAX_WORLD_SIZE": MAX_WORLD_SIZE, "INT64_SIZE": 2.0**63}
     terms = []
     for i, (name, check) in enumerate(_checks(cls)):
         value = f"v.get({name!r})" if name not in _always_written(cls) else f"v[{name!r}]"
         allowed = _simple_types(hints[name]) if (cls, name) not in _OVERRIDES else None
+        optional = _optional_part(hints[name]) if (cls, name) not in _OVERRIDES else None
         if allowed is not None:
             namespace[f"t{i}"] = allowed
             terms.append(f"type({value}) in t{i}")
+            if within_int64 and float in allowed:
+                terms.append(f"not ({value} is not None and ({value} >= INT64_SIZE or {value} <= -INT64_SIZE))")
+        elif optional is not None:  # `list[int] | None`: mostly None, which needs no call
+            namespace[f"c{i}"] = _check_for(optional)
+            terms.append(f"({value} is None or c{i}({value}))")
         else:
             namespace[f"c{i}"] = check
             terms.append(f"c{i}({value})")
@@ -90,6 +109,13 @@ def _simple_types(hint: Any) -> frozenset[type] | None:
     if not all(a in _SIMPLE for a in args):
         return None
     return frozenset(t for a in args for t in _SIMPLE[a])
+
+
+def _optional_part(hint: Any) -> Any:
+    """X for an annotation `X | None`, else None."""
+    args = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else ()
+    rest = [a for a in args if a is not type(None)]
+    return rest[0] if len(args) == 2 and len(rest) == 1 else None
 
 
 @cache_by_class

@@ -2,6 +2,7 @@ import json
 from dataclasses import replace
 
 from grpo_doctor.analysis.load import load_evidence
+from grpo_doctor.runlog.columns import as_list
 from grpo_doctor.runlog.decoder import RankFileTail, read_rank_file
 from grpo_doctor.runlog.rank_log import RankLog
 from grpo_doctor.schema import End, Error, Memory, PhaseBegin, PhaseEnd, RunPaths, Step
@@ -107,3 +108,14 @@ def test_a_file_without_header_takes_host_and_rank_from_its_first_record(tmp_pat
     log = read_rank_file(path)
     assert log.rank == 5 and log.host == "gpu-7" and log.records == []
     assert isinstance(log.last_record, PhaseEnd)
+
+
+def test_an_integer_past_int64_in_a_float_field_is_tabled_as_json_reads_it(tmp_path):
+    # orjson reads 2**64 + 1 as the float 2**64: the phase line is judged on json's reading instead.
+    path = RunPaths(tmp_path).rank_file(0)
+    path.parent.mkdir(parents=True)
+    lines = [header(0, 1).to_dict(), begin(0, 0, 1.0, "a").to_dict(),
+             {**end(0, 0, 2.0, "a").to_dict(), "duration_s": 2**64 + 1}]
+    path.write_text("".join(json.dumps(d) + "\n" for d in lines))
+    durations = as_list(read_rank_file(path).tabled().phases["duration_s"])
+    assert durations == [2**64 + 1] and type(durations[0]) is int
