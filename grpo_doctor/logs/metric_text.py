@@ -10,8 +10,9 @@ keep their lines; this reader catches the rest, as records of name/number pairs 
 The step is what counts in the record (step, global_step, iter, iteration, an integer epoch), else a
 `Step N` / `Iter N` in the line or in a header line a little above a block, else the record's order.
 Names are mapped onto the metric vocabulary by schema/metric_name_rules.py; a record whose names show no LLM
-rollout (or show episodes: classic RL) keeps only its loss, grad_norm, learning rate and epoch; one left with
-none of them is counted in `unjudged` (read, and not the tool's to judge), not kept.
+rollout (or show episodes: classic RL; policy entropy and KL alone show none, every policy-gradient method
+logs them) keeps only its loss, grad_norm, learning rate and epoch; one left with none of them is counted in
+`unjudged` (read, and not the tool's to judge), not kept.
 W&B's `Run history:` holds sparklines, no numbers: it is skipped.
 
 Cheap on big logs: a chunk is lowered once and searched for a few words (loss, reward, entropy, grad,
@@ -47,6 +48,7 @@ from grpo_doctor.schema.metric_vocab import FUNC_STD, SUMMARY_NAMES
 # A record holds at least one of these (a config dump's learning rate or max length alone is no logged step).
 MEASURED = frozenset({"loss", "grad_norm", "reward", "reward_std_batch", "reward_std_group_mean", "entropy", "kl",
                       "reward_func_std_max", "frac_reward_zero_std", "completion_length_mean"})
+POLICY_TERMS = frozenset({"entropy", "kl"})  # measured by classic policy-gradient RL as much as by GRPO
 HIT_WORDS = (b"loss", b"reward", b"entropy", b"grad", b"kl", b"run summary")
 MAX_BLOCK_LINES = 200  # a block or table is read this far at most
 STEP_LOOKBACK_LINES = 40  # a `Step N` header this far above a block gives its step
@@ -198,7 +200,7 @@ class MetricTextReader:
             mapped = _mapped(name)
             if mapped is not None:
                 metrics.setdefault(mapped, value)
-        judged = rollout_names_allowed(name for name, _ in pairs)
+        judged = rollout_names_allowed(name for name, _ in pairs) and not _policy_terms_only(metrics)
         if not judged:
             self.unjudged += bool(metrics) or episode_metrics(name for name, _ in pairs)
             metrics = {k: v for k, v in metrics.items() if canonical_of(k) in ALWAYS_KEPT}
@@ -211,6 +213,14 @@ class MetricTextReader:
         if step is None and start is not None:
             step = _header_step(chunk, start)
         self.records.append(Record(syntax, step, metrics))
+
+
+def _policy_terms_only(metrics: dict[str, float]) -> bool:
+    """Whether the record measures only the policy's entropy and KL (besides ALWAYS_KEPT): every policy-gradient
+    method logs them, so alone they do not tell an LLM rollout from a classic-RL table that the excerpt cut
+    (Spinning Up's `Entropy` / `KL` / `Time` rows without its `EpRet` ones); such a record is read, not judged."""
+    measured = {canonical_of(k) for k in metrics} - set(ALWAYS_KEPT)
+    return bool(measured) and measured <= POLICY_TERMS
 
 
 @functools.lru_cache(maxsize=4096)  # the same names every step

@@ -144,3 +144,17 @@ def test_a_record_with_no_measure_of_episodes_is_not_counted_as_read(line):
     reader = MetricTextReader()
     reader.feed_chunk(line.encode() + b"\n")
     assert (reader.records, reader.unjudged) == ([], 0)
+
+
+def test_blocks_of_policy_entropy_and_kl_alone_are_read_and_not_judged():
+    """Spinning Up's epoch tables cut by an excerpt down to their `Entropy` / `KL` / `Time` rows (the real rows of a
+    corpus case, every other row dropped): classic RL logs policy entropy and KL as GRPO does, so these alone are no
+    LLM rollout; judged, 60 such blocks with a falling entropy read as an entropy collapse."""
+    case = Path(__file__).resolve().parents[1] / "data" / "corpus" / "other"
+    rows = [line for line in (case / "spinningup-vpg-epoch-table-value-loss-rising-healthy.log").read_text().splitlines()
+            if line.startswith("---") or line.split("|")[1:2] and line.split("|")[1].strip() in ("Entropy", "KL", "Time")]
+    reader = MetricTextReader()
+    reader.feed_chunk(("\n".join(rows) + "\n").encode())
+    assert (reader.records, reader.unjudged) == ([], 2)
+    [llm] = _records("Iter 5: Entropy 0.65, KL 0.001, Total rewards mean 0.300\n")  # a reward beside them: judged
+    assert llm.metrics == {"entropy": 0.65, "kl": 0.001, "reward": 0.3}
