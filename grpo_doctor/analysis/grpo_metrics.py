@@ -29,6 +29,7 @@ from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.analysis.metric_logs import SWIFT
 from grpo_doctor.analysis.metric_names import canonical_frame
 from grpo_doctor.analysis.rollout_tables import EVENT_LOG_SOURCE
+from grpo_doctor.analysis.views import loaded_run
 from grpo_doctor.checks import rollout_rules
 from grpo_doctor.checks.rollout_rules import unusual_gaps  # noqa: F401 - re-exported (report/plots.py)
 from grpo_doctor.schema import Rollout
@@ -66,14 +67,15 @@ def step_series(run: Evidence) -> dict[str, pd.DataFrame]:
     second, so the last answer is kept while the evidence and its steps table stay the same objects.
     The dict is a copy (callers add to it); the frames are shared and must not be changed in place."""
     global _last_series
-    if _last_series is not None and _last_series[0] is run and _last_series[1] is run.steps:
+    owner = loaded_run(run)  # the Evidence behind each rule's view: one answer for every rule
+    if _last_series is not None and _last_series[0] is owner and _last_series[1] is run.steps:
         return dict(_last_series[2])
     table = rank_metrics(run)
     out = {}
     for source, rows in table.groupby("source", sort=False):
         numeric = rows.drop(columns=[c for c in ("source", "rank", "host", "t") if c in rows.columns])
         out[str(source)] = numeric.groupby("step").median().sort_index()
-    _last_series = (run, run.steps, out)
+    _last_series = (owner, run.steps, out)
     return dict(out)
 
 
