@@ -1,11 +1,18 @@
 """A rule's view of the run (analysis/views.py) is the same run to the caches kept per run: every rule
 gets its own RuleEvidence, and none may pay again for what another rule's view already computed."""
+import ast
+from pathlib import Path
+
+import pytest
 from rolloutdata import healthy_metrics, metrics_run
 
 from grpo_doctor.analysis.grpo_metrics import step_series
 from grpo_doctor.analysis.load import load_evidence
 from grpo_doctor.analysis.parallel_layout import layout_of
-from grpo_doctor.analysis.views import RuleEvidence, View
+from grpo_doctor.analysis.rules import RULES, rule_name
+from grpo_doctor.analysis.views import VIEW_OF, RuleEvidence, View
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_two_rules_views_of_one_run_share_its_step_series_and_layout(tmp_path):
@@ -15,3 +22,39 @@ def test_two_rules_views_of_one_run_share_its_step_series_and_layout(tmp_path):
     first, second = step_series(one), step_series(other)
     assert first and all(first[source] is second[source] for source in first)  # computed once, not per rule
     assert layout_of(one) is layout_of(other) is layout_of(evidence)
+
+
+def _reads_of(path, seen):
+    """The Evidence attributes the module reads on its Evidence parameters, and those of the analysis
+    helpers it hands the run to (followed once each): what a rule may touch on any path, run or not."""
+    tree = ast.parse(path.read_text())
+    names = {a.arg for f in ast.walk(tree) if isinstance(f, ast.FunctionDef) for a in f.args.args
+             if a.annotation is not None and ast.unparse(a.annotation) == "Evidence"}
+    imported = {alias.asname or alias.name: node.module for node in ast.walk(tree)
+                if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("grpo_doctor.analysis")
+                for alias in node.names}
+    attrs = {n.attr for n in ast.walk(tree)
+             if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in names}
+    for call in ast.walk(tree):
+        if not (isinstance(call, ast.Call) and any(isinstance(a, ast.Name) and a.id in names for a in call.args)):
+            continue
+        func = call.func
+        module = imported.get(func.id) if isinstance(func, ast.Name) else None
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id in imported:
+            module = f"{imported[func.value.id]}.{func.value.id}"
+        helper = REPO / f"{module.replace('.', '/')}.py" if module else None
+        if helper is not None and helper.is_file() and helper not in seen:
+            seen.add(helper)
+            attrs |= _reads_of(helper, seen)
+    return attrs
+
+
+@pytest.mark.parametrize("rule", RULES, ids=rule_name)
+def test_a_rule_declares_every_view_its_code_reads_on_any_path(rule):
+    """run_rules fails a rule that reads an undeclared view when it does; this finds the read on a path no
+    fixture takes (an error branch, a rare log), in the rule's module or a helper it passes the run to."""
+    reads = _reads_of(Path(rule.__file__), set())
+    undeclared = sorted(f"{name} ({VIEW_OF[name].name})" for name in reads
+                        if name in VIEW_OF and VIEW_OF[name] not in rule.READS)
+    assert not undeclared, f"{rule_name(rule)} reads {', '.join(undeclared)}: add the view(s) to its READS"
+    assert all(name in VIEW_OF for name in reads), f"{rule_name(rule)} reads {reads - set(VIEW_OF)}, in no view"
