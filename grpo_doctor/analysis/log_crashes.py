@@ -16,7 +16,10 @@ whose traceback (`exception`) is the rank's last in the log.
 CUDA faults ("CUDA error: an illegal memory access was encountered", device-side asserts) name
 the rank when the line's prefix does; engine and actor deaths name the component, and the rank
 where a Ray actor's repr does ("DTensorPolicyWorker[rank=2]"); a vLLM engine's death carries the
-engine's own error (`exception`: the traceback printed nearest it).
+engine's own error (`exception`: the traceback printed nearest it). A Ray task's header
+("RayTaskError(...): ray::Class.method() (pid=N, ...)") carries the task's own error, the exception that
+ends the traceback right below it: a task that lost its gloo peer is that actor's end, collateral,
+whichever task's error the driver happened to raise first, not a second death that names no rank.
 
 Typical use:
     by_rank, unranked = crashes_from_logs(run.signature_rows)
@@ -34,6 +37,7 @@ _LAUNCHER_EXCEPTIONS = ("ChildFailedError", "ProcessExitedException", "ProcessRa
 _ENGINE_WRAPPERS = ("EngineDeadError", "EngineGenerateError", "RayTaskError", "CancelledError")
 _EXC_NAME = re.compile(r"((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)):")
 _ENGINE_ERROR_LINES = 300  # how far from the engine's death its own traceback may be printed
+_TASK_TRACEBACK_LINES = 20  # how far below a Ray task's header its traceback starts (Ray's carets in between)
 
 
 def crashes_from_logs(rows: list[dict[str, Any]]) -> tuple[dict[int, dict[str, Any]], list[dict[str, Any]]]:
@@ -41,8 +45,11 @@ def crashes_from_logs(rows: list[dict[str, Any]]) -> tuple[dict[int, dict[str, A
     by_rank: dict[int, dict[str, Any]] = {}
     unranked: list[dict[str, Any]] = []
     tracebacks = _tracebacks(rows)
-    for row in rows:
+    task_errors, claimed = _ray_task_errors(rows)
+    for index, row in enumerate(rows):
         f = row["fields"]
+        if index in claimed:
+            continue  # the exception line of a Ray task's traceback: that task's end (task_errors)
         if row["kind"] == CUDA_FAULT:
             info = {"exc_type": f"CUDA error: {f['error']}", "message": row["text"][:500], "phase": None,
                     "step": None, "source": row["source"], "cuda_fault": f["error"]}
@@ -58,6 +65,10 @@ def crashes_from_logs(rows: list[dict[str, Any]]) -> tuple[dict[int, dict[str, A
                     "exit_type": f.get("exit_type"), "exit_detail": f.get("exit_detail"), "exitcode": f.get("exitcode")}
             if f.get("component") == "vllm-engine":
                 _add_engine_error(info, row, rows)
+            if index in task_errors:
+                error = task_errors[index]
+                info["exception"] = error
+                info["message"] = f"{info['message'] or ''} (the task's error: {error})".strip()[:500]
             info["exc_type"] = info["exc_type"] or _component_name(f)
             if f.get("component") == "peer-lost":  # a rank that lost its peer: said as such, whichever rank
                 who = f"rank {row['rank']}: " if row["rank"] is not None else ""
@@ -109,6 +120,48 @@ def _earliest_root_cause(by_rank: dict[int, dict[str, Any]]) -> None:
         first = min(roots, key=lambda rank: roots[rank])  # torchrun's "2026-01-07_03:14:15" sorts as text
         for rank in roots:
             by_rank[rank]["root_cause"] = rank == first
+
+
+def _ray_task_errors(rows: list[dict[str, Any]]) -> tuple[dict[int, str], set[int]]:
+    """A Ray task's own error, which its header ("ray::Class.method() (pid=N, ...)", read as "error in
+    Class.method()") leaves to the traceback right below it: the first Python traceback that starts a few
+    lines after the header in the same log, before the next header. Returns (index of the header row -> "Type: message", indexes of the
+    peer-lost rows that are that same exception line). A task that lost its gloo peer died of another's
+    death: said on the task's own row, its rank named by the header's pid, not as a second death of a
+    process no rank names, whichever task's error the driver happened to raise first."""
+    errors: dict[int, str] = {}
+    claimed: set[int] = set()
+    by_source: dict[str, list[int]] = {}
+    for i, row in enumerate(rows):
+        by_source.setdefault(row["source"], []).append(i)
+    for indexes in by_source.values():
+        indexes.sort(key=lambda j: rows[j]["line_number"])
+        headers = [k for k, j in enumerate(indexes) if _is_task_header(rows[j])]
+        for k, next_k in zip(headers, [*headers[1:], len(indexes)][:len(headers)], strict=True):
+            below = indexes[k + 1:next_k]
+            traceback = next((j for j in below if rows[j]["kind"] == PYTHON_TRACEBACK
+                              and rows[j]["fields"].get("exc_type")
+                              and rows[j]["line_number"] - rows[indexes[k]]["line_number"] <= _TASK_TRACEBACK_LINES),
+                             None)
+            if traceback is None:
+                continue
+            f = rows[traceback]["fields"]
+            errors[indexes[k]] = f"{f['exc_type']}: {f.get('message') or ''}".strip().rstrip(":")[:500]
+            peer = next((j for j in below[below.index(traceback):] if rows[j]["kind"] == WORKER_DIED
+                         and rows[j]["fields"].get("component") == "peer-lost"
+                         and rows[j]["text"] == rows[traceback]["text"]), None)
+            if peer is not None:
+                claimed.add(peer)
+                lost = rows[peer]["fields"]
+                errors[indexes[k]] = f"{lost.get('exc_type')}: {lost.get('message')}"
+    return errors, claimed
+
+
+def _is_task_header(row: dict[str, Any]) -> bool:
+    """Ray's header over a remote task's traceback, its exception named only below it (logs/faults.py)."""
+    f = row["fields"]
+    return (row["kind"] == WORKER_DIED and f.get("component") == "ray-actor" and f.get("pid") is not None
+            and str(f.get("exc_type") or "").startswith("error in "))
 
 
 def _add_engine_error(info: dict[str, Any], death: dict[str, Any], rows: list[dict[str, Any]]) -> None:

@@ -8,7 +8,8 @@ from grpo_doctor.analysis.incidents import link_incidents
 from grpo_doctor.analysis.load import load_evidence
 from grpo_doctor.analysis.rules import run_rules
 
-LOGS = Path(__file__).parent.parent / "data" / "logs"
+RUNS = Path(__file__).parent.parent / "data"
+LOGS = RUNS / "logs"
 
 
 def _crash(ranks, **evidence):
@@ -152,3 +153,15 @@ def test_an_nccl_error_whose_own_words_say_the_peer_went_is_the_consequence_of_a
     culprit = _crash([1], exc_type="ValueError", message="reward model returned no score for prompt 17")
     out = link_incidents([nccl, culprit])
     assert [(f.id, f.role) for f in out] == [("rank-crash", "root-cause"), ("nccl-error", "consequence")]
+
+
+def test_a_sigkilled_ray_actor_leads_the_survivor_whose_task_error_the_driver_raised_first():
+    """A real run (tests/data/ray_sigkilled_actor/): rank 1's actor was SIGKILLed; rank 0's task failed on gloo's
+    "Connection reset by peer" and the driver raised that RayTaskError first. Its header names rank 0 by pid and
+    its traceback ends in the lost peer: that is rank 0's own end, collateral, not a second crash of its own."""
+    findings, _ = run_rules(load_evidence([RUNS / "ray_sigkilled_actor" / "run"]))
+    crashes = [f for f in findings if f.id == "rank-crash"]
+    assert [(f.ranks, f.role) for f in crashes] == [((1,), "root-cause"), ((0,), "consequence")], crashes
+    survivor = crashes[1]
+    assert survivor.severity == "warning" and survivor.caused_by == "rank-crash@1"
+    assert "Connection reset by peer" in survivor.evidence["exception"]

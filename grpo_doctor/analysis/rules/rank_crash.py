@@ -7,16 +7,17 @@ block and agent lines, srun's task lines, CUDA faults, rollout-engine and Ray ac
 last name no rank: one finding per way they died).
 Ranks that failed the same way are one finding. A rank stopped by SIGTERM/SIGINT/SIGHUP while
 another rank failed is collateral (the launcher tears the job down), and so is an exception
-saying a peer went away (gloo's "Connection closed by peer"): a warning, not critical.
+saying a peer went away (gloo's "Connection closed by peer", also as a Ray task's own error): a warning,
+not critical.
 
 Evidence keys: `exc_type`, `message` (first 500 characters), `signal`, `exitcode`, `source`
 ("event-log", "watch" or the log file), `root_cause` (torchrun's first failure, when stated); from
 raw logs also `suspected` ("host-oom": SIGKILL with no traceback) with `confirm_with` (the command
-that shows the kill), `exception` (the rank's last Python traceback, "Type: message"),
-`rank_is_local` (only torchrun's agent line named it: the local rank), `pid`, `cuda_fault`,
-`component` ("vllm-engine", "vllm-worker", "ray-actor", "process": a fatal signal's report,
-"launcher": torchrun's ChildFailedError without an entry), `actor`, `ip`, `exit_type`, `exit_detail`,
-`num_reports`.
+that shows the kill), `exception` (the rank's last Python traceback, or a Ray task's own error under
+its header, "Type: message"), `rank_is_local` (only torchrun's agent line named it: the local rank),
+`pid`, `cuda_fault`, `component` ("vllm-engine", "vllm-worker", "ray-actor", "process": a fatal signal's
+report, "launcher": torchrun's ChildFailedError without an entry), `actor`, `ip`, `exit_type`,
+`exit_detail`, `num_reports`.
 
 Where the ranks that failed on their own are (analysis/parallel_layout.py, from the rank headers and
 `parallel_group` records): `coordinates` ({rank: {"host", "local_rank", "gpu_index", "gpu_pci_bus_id",
@@ -266,7 +267,8 @@ def _collateral(info: dict[str, Any]) -> bool:
         return True
     if info.get("exc_type") is None:
         return info.get("signal") in COLLATERAL_SIGNALS
-    return any(marker in (info.get("message") or "") for marker in PEER_LOST)
+    said = f"{info.get('message') or ''} {info.get('exception') or ''}"  # the exception: a Ray task's own error
+    return any(marker in said for marker in PEER_LOST)
 
 
 def _stopped_without_end(info: dict[str, Any]) -> bool:
