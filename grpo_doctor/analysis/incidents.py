@@ -23,7 +23,8 @@ that can explain it):
   crashes and the dead rank's own crash record are the same event.
 - collective-mismatch, hang: the culprit rank was elsewhere; those waiting in the collective timed out.
 - rank-crash of a rank that failed on its own (an exception, SIGKILL, SIGSEGV): its peers' timeouts,
-  "Connection closed by peer" and the siblings torchrun stopped are consequences.
+  "Connection closed by peer" (also of a process no rank names) and the siblings torchrun stopped are
+  consequences.
 - nccl-error that is not a peer's departure (e.g. "unhandled system error"): the crashes it caused.
 - seed-collision, constant-reward: identical completions / a constant reward leave every group with
   zero reward spread, hence dead steps, zero advantage and zero KL.
@@ -247,8 +248,8 @@ def _hang_effects(root: Finding, other: Finding, findings: list[Finding]) -> boo
 
 
 def _crash_effects(root: Finding, other: Finding, findings: list[Finding]) -> bool:
-    if other.id == "rank-crash":
-        return _crash_waited(other, findings) and not set(other.ranks) <= set(root.ranks)
+    if other.id == "rank-crash":  # a rank's own crash record is no effect; a process no rank names lost a peer
+        return _crash_waited(other, findings) and not (other.ranks and set(other.ranks) <= set(root.ranks))
     return _collective_effects(root, other, findings)
 
 

@@ -1,5 +1,7 @@
 """Cause before effect: the culprit leads, the ranks that waited for it follow as its consequences."""
 import dataclasses
+import json
+import shutil
 from pathlib import Path
 
 from grpo_doctor.analysis.finding_facts import CrashFacts, GpuFaultFacts
@@ -165,3 +167,17 @@ def test_a_sigkilled_ray_actor_leads_the_survivor_whose_task_error_the_driver_ra
     survivor = crashes[1]
     assert survivor.severity == "warning" and survivor.caused_by == "rank-crash@1"
     assert "Connection reset by peer" in survivor.evidence["exception"]
+
+
+def test_a_process_no_rank_names_that_lost_its_peer_is_the_consequence_of_the_crash(tmp_path):
+    """The same Ray run with no rank known (RANK set inside uninstrumented actors, OpenRLHF): the survivor's
+    task error, gloo's lost peer, names no rank, and still follows the actor that died."""
+    run = tmp_path / "run"
+    shutil.copytree(RUNS / "ray_sigkilled_actor" / "run", run)
+    summary = run / "supervisor" / "vm" / "summary.json"
+    summary.write_text(json.dumps({**json.loads(summary.read_text()), "ranks": {}}))
+    crashes = [f for f in run_rules(load_evidence([run]))[0] if f.id == "rank-crash"]
+    assert [f.role for f in crashes] == ["root-cause", "consequence"], crashes
+    root, survivor = crashes
+    assert root.evidence["exit_type"] == "SYSTEM_ERROR"  # the raylet's word of the SIGKILLed worker
+    assert "Connection reset by peer" in survivor.evidence["message"] and survivor.caused_by == root.key
