@@ -196,11 +196,11 @@ class JsonlSink:
 
     def _serialise(self, raws: Iterable[Any]) -> None:
         for raw in raws:
-            data = raw.to_dict() if isinstance(raw, Record) else self._encode(raw)
             try:
-                line = _ENCODER.encode(data)
-            except ValueError:  # a NaN or an infinity somewhere in it (or a value that holds itself)
-                line = _ENCODER.encode(_finite(data, MAX_DEPTH))
+                line = _line_of(raw.to_dict() if isinstance(raw, Record) else self._encode(raw))
+            except Exception:  # no record may stop the thread or reach training: it is lost, and counted
+                self.num_dropped += 1
+                continue
             encoded = line.encode()
             self._unwritten += encoded
             self._unwritten += b"\n"
@@ -248,6 +248,13 @@ class JsonlSink:
         return message
 
 
+def _line_of(data: dict[str, Any]) -> str:
+    try:
+        return _ENCODER.encode(data)
+    except (ValueError, TypeError):  # a NaN or an infinity (or a value that holds itself); a key JSON has no
+        return _ENCODER.encode(_finite(data, MAX_DEPTH))  # form for (api.add_to_next_step takes any key)
+
+
 def _finite(value: Any, depth: int) -> Any:
     """`value` with every non-finite float written as its string ("NaN", "Infinity", "-Infinity").
     Past `depth` levels a value is written as its text: a structure that holds itself ends there."""
@@ -256,10 +263,18 @@ def _finite(value: Any, depth: int) -> Any:
     if depth <= 0:
         return str(value) if isinstance(value, (dict, list, tuple)) else value
     if isinstance(value, dict):
-        return {_finite(k, 0): _finite(v, depth - 1) for k, v in value.items()}  # a NaN key, too
+        return {_key(k): _finite(v, depth - 1) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_finite(v, depth - 1) for v in value]
     return value
+
+
+def _key(key: Any) -> Any:
+    """A dict key JSON can write: a str, an int or a bool as it is, a finite float as it is, anything else
+    (a NaN, a tuple, an enum, an object) as its text."""
+    if key is None or type(key) in (str, int, bool) or (type(key) is float and math.isfinite(key)):
+        return key
+    return NON_FINITE_TEXT.get(key, "NaN") if isinstance(key, float) and not math.isfinite(key) else str(key)
 
 
 def _open_locked(path: Path) -> int:

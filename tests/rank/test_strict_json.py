@@ -92,3 +92,32 @@ def test_a_rank_file_with_bare_nan_tokens_from_an_older_version_still_reads(tmp_
         [step] = log.of_kind(Step)
         assert math.isnan(step.metrics["loss"]) and step.metrics["grad_norm"] == math.inf
         assert step.metrics["kl"] == -math.inf and log.num_bad_lines == 0
+
+
+ODD_KEYS = """
+    import enum
+    import grpo_doctor as gd
+    from grpo_doctor.rank import api   # the integrations' way to carry a metric into the next step
+
+    class Split(enum.Enum):
+        TRAIN = 1
+
+    gd.init("run")
+    api.add_to_next_step(("reward", "accuracy"), 0.5)   # a key JSON has no form for
+    api.add_to_next_step(Split.TRAIN, 1.0)
+    api.add_to_next_step(float("nan"), 2.0)
+    gd.step(0, loss=0.25)
+    gd.flush()
+    gd.step(1, loss=0.125)
+    print("trained on")
+"""
+
+
+def test_a_metric_whose_key_json_cannot_write_neither_reaches_training_nor_stops_recording(tmp_path):
+    out = run_program(tmp_path, ODD_KEYS)
+    assert out.returncode == 0 and "trained on" in out.stdout, out.stderr
+    assert "Traceback" not in out.stderr, out.stderr  # not in training, not in the writer's thread
+    lines = RunPaths(tmp_path / "run").rank_file(0).read_text().splitlines()
+    steps = [r for r in map(_strict, lines) if r["kind"] == "step"]
+    assert [s["metrics"] for s in steps] == [
+        {"('reward', 'accuracy')": 0.5, "Split.TRAIN": 1.0, "NaN": 2.0, "loss": 0.25}, {"loss": 0.125}]
