@@ -41,3 +41,8 @@ def figure_uri(fig) -> str:
     out = io.BytesIO()
     palette.save(out, format="PNG", optimize=True)
     return "data:image/png;base64," + base64.b64encode(out.getvalue()).decode("ascii")
+
+
+def close_figures() -> None:
+    """Closes every figure still open: one whose drawing failed half-way is never handed to figure_uri."""
+    plt.close("all")

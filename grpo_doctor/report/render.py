@@ -17,7 +17,9 @@ Typical use:
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import jinja2
 from markupsafe import Markup
@@ -29,11 +31,13 @@ from grpo_doctor.logs.terminal_text import without_bidi_controls
 from grpo_doctor.report import plots, sections
 from grpo_doctor.report.coverage import coverage
 from grpo_doctor.report.excerpts import log_excerpts
+from grpo_doctor.report.figure_png import close_figures
 from grpo_doctor.report.finding_blocks import finding_blocks, verdict
 from grpo_doctor.report.plan_section import plan_section
 from grpo_doctor.report.rollout_plots import rollout_section
 from grpo_doctor.schema.safe_write import write_file
 
+T = TypeVar("T")
 TEMPLATES = Path(__file__).parent / "templates"
 
 
@@ -42,17 +46,32 @@ def render_html(evidence: Evidence, findings: FindingsFile) -> str:
                              undefined=jinja2.StrictUndefined, trim_blocks=False, finalize=_inert_bidi)
     cov = coverage(findings)
     blocks = finding_blocks(findings, evidence)
+    notes = list(findings.warnings)
+    figures = {"timeline": _drawn("phase timeline", plots.phase_timeline, evidence, notes),
+               "memory": _drawn("memory figure", plots.memory_over_time, evidence, notes),
+               "metrics": _drawn("step-metric figures", plots.step_metrics, evidence, notes)}
+    rollouts = _drawn("rollout section", rollout_section, evidence, notes)
     return env.get_template("report.html.j2").render(
         run_paths=[str(p) for p in findings.run], generated=time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-        version=__version__, verdict=verdict(findings, cov), blocks=blocks, warnings=list(findings.warnings),
+        version=__version__, verdict=verdict(findings, cov), blocks=blocks, warnings=notes,
         inputs=[row.text for row in cov.inputs], checked=list(cov.checked), not_checked=list(cov.not_checked),
-        ranks=sections.rank_rows(evidence),
-        plots={"timeline": plots.phase_timeline(evidence), "memory": plots.memory_over_time(evidence),
-               "metrics": plots.step_metrics(evidence)},
+        ranks=sections.rank_rows(evidence), plots=figures,
         stacks=sections.stack_sections(evidence), environment=sections.environment_table(evidence),
-        excerpts=log_excerpts(evidence.signature_rows), rollouts=rollout_section(evidence),
+        excerpts=log_excerpts(evidence.signature_rows), rollouts=rollouts,
         memory_plans=plan_section(evidence),
     )
+
+
+def _drawn(what: str, draw: Callable[[Evidence], T], evidence: Evidence, notes: list[str]) -> T | None:
+    """A figure, or None and a note saying why: values a damaged run holds (a time of 2**64 s) can make
+    matplotlib fail, and one figure must not cost the page its findings."""
+    try:
+        return draw(evidence)
+    except Exception as exc:  # the findings are already judged: say what is missing, keep the page
+        notes.append(f"{what} not drawn: {type(exc).__name__}: {str(exc)[:200]} (a value in the run's records "
+                     "out of any plausible range?)")
+        close_figures()  # the one the failed drawing left open
+        return None
 
 
 def _inert_bidi(value):

@@ -1,10 +1,13 @@
 import re
+from pathlib import Path
 
 from helpers import write_rank
 from hostile import IMG, SCRIPT, write_hostile_run
 
 from grpo_doctor.cli.main import main
 from grpo_doctor.schema import End, EndReason, Header, Step
+
+DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 def _report(tmp_path, *extra):
@@ -62,3 +65,13 @@ def test_log_excerpt_shows_the_lines_around_the_signature(tmp_path, capsys):
     _, html = _report(tmp_path)
     logs = html[html.index('id="logs"'):]
     assert "cuda-oom" in logs and "sampled completion: &lt;script&gt;" in logs and 'class="hit"' in logs
+
+
+def test_a_time_no_figure_can_draw_leaves_the_page_its_findings_and_says_which_figure_is_missing(tmp_path, capsys):
+    # tests/data/damaged_time: a phase end at t = 2**64 + 1 s; the timeline would need a canvas 2.5e19
+    # pixels wide, and matplotlib's TypeError ended `report` in a traceback, with no page and no verdict.
+    status = main(["report", str(DATA / "damaged_time" / "run"), "--out", str(tmp_path / "out")])
+    assert status in (0, 1, 2)  # judged, whatever the verdict: no exception out of `report`
+    html = (tmp_path / "out" / "report.html").read_text()
+    assert "phase timeline not drawn: TypeError" in html and (tmp_path / "out" / "findings.json").is_file()
+    assert html.count("data:image/png;base64,") >= 2  # the figures that could be drawn still are
