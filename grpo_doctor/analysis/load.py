@@ -1,7 +1,7 @@
 """Everything known about a run, gathered from any mix of run directories and raw log files.
 
-A run directory contributes its rank files (via `eventlog.load_run`, each file read by
-`rank_tables.read_rank_tables`, in worker processes for a big run: its phase and memory records
+A run directory contributes its rank files (via `eventlog.load_run`, each file read by the one
+decoder, `decoder.read_rank_file`, in worker processes for a big run: its phase and memory records
 go to the tables, not to `run.ranks[rank].records`) and the artifacts of each
 node's `grpo-doctor watch` under `supervisor/<host>/` (summary.json, hang-N.json,
 signatures.jsonl); a directory with `supervisor/` but no `ranks/` is an uninstrumented watched
@@ -342,7 +342,7 @@ def _load_supervisor(ev: Evidence, supervisor: Path) -> None:
 
 
 def _json_lines(ev: Evidence, path: Path) -> Iterable[Any]:
-    """Each line's JSON value (bounded lines, eventlog.lines_of); unreadable ones counted in one warning."""
+    """Each line's JSON value (bounded lines, runlog/lines.lines_of); unreadable ones counted in one warning."""
     bad = 0
     try:
         for _, line, _ in lines_of(path):
@@ -412,7 +412,7 @@ def _build_tables(ev: Evidence) -> None:
     errors, rng_records = [], []
     for rank, log in logs:
         host = ev.host_of(rank)
-        # Phase and memory records are in columns already (rank_tables.py); these kinds are few.
+        # Phase and memory records are in columns already (decoder.py, rank_tables.RankTables); these kinds are few.
         for rec in log.records:
             if isinstance(rec, Error):
                 errors.append([rank, host, rec.step, rec.t, rec.exc_type, rec.message, rec.phase, rec.path])
@@ -461,7 +461,7 @@ def _add_watch_console_metrics(ev: Evidence) -> None:
 
 
 def _rank_frame(ev: Evidence, rank_columns: list[tuple[int, dict[str, Column]]], columns: list[str]) -> pd.DataFrame:
-    """One table from every rank's columns (rank_tables.py), with the rank and host of each row in front."""
+    """One table from every rank's columns (rank_tables.RankTables), with the rank and host of each row in front."""
     parts: dict[str, list[Column]] = {name: [] for name in columns}
     for rank, by_name in rank_columns:
         num_rows = len(next(iter(by_name.values()), ()))

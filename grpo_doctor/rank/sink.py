@@ -14,7 +14,7 @@ bounded buffer, are retried, and are dropped and counted past the bound; the use
 
 Every line is strict JSON, so `jq` and any other strict reader take a rank file: a NaN or infinite
 float (a diverged loss) is written as the string "NaN", "Infinity" or "-Infinity", which
-`schema.record_from_dict` turns back into the float (older files with bare NaN tokens read as ever).
+the decoder (runlog/decoder.py) turns back into the float (older files with bare NaN tokens read as ever).
 
 An exclusive advisory lock on the file stops two live processes from writing one rank's file
 (two processes that both think they are rank 0 because RANK is unset): the constructor raises

@@ -2,7 +2,7 @@
 json's answer, json where not. The decoder (decoder.py) judges the values against the schema.
 
 Typical use:
-    value = decode_line(b'{"schema":1,"kind":"step",...}')                   # raises ValueError
+    value = decode_line_fast(line) if not may_hold_long_int(line) else json_loads_line(line)   # ValueError
     with paused_gc():                                                         # millions of records to build
         ...
 """
@@ -31,13 +31,9 @@ _LONG_DIGIT_RUN = b"0" * 19
 _scan_json = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 
 
-def decode_line(line: bytes):
-    """`json.loads(line)`: by orjson (3x faster) where it gives the same value, else by json."""
-    return decode_line_fast(line) if not may_hold_long_int(line) else json_loads_line(line)
-
-
 def decode_line_fast(line: bytes):
-    """`decode_line` but for an integer beyond 64 bits, which comes back a float.
+    """`json.loads(line)` by orjson (3x faster) where it gives the same value, but for an integer beyond
+    64 bits, which comes back a float (`may_hold_long_int` says which lines need `json_loads_line`).
 
     orjson refuses what json accepts beyond the standard (bare NaN and Infinity, which sinks before
     strict JSON wrote for a diverged loss; lone surrogates; a BOM), so a line it refuses is json's to judge, and errors

@@ -95,7 +95,7 @@ def judged_line(line: bytes) -> tuple[type[Record] | None, dict[str, Any]]:
 
     A phase or memory line as the sink writes it whose values all hold (every number within int64)
     is judged on orjson's reading alone: 15 of every 16 lines of a big run. Any other line is read
-    as json reads it (decode.decode_line: orjson only where it gives json's value), then judged."""
+    as json reads it (decode.py: orjson only where it gives json's value), then judged."""
     data = decode_line_fast(line)
     kind = data.get("kind") if type(data) is dict else None
     if type(kind) is str:

@@ -8,10 +8,8 @@ the field named. Numbers that size something (world size, rank numbers) are chec
 bounds no real job comes near.
 
 Typical use:
-    record = record_from_dict(data)
-    problem = wrong_field(record)          # None, or "step field metrics: null is not a dict"
-    if problem: count it as a bad line
-    checker_of(Memory, "host_rss_bytes")(value)   # True when the value fits the field
+    problem = wrong_value(Step, values)    # None, or "step field metrics: null is not of type dict"
+    if problem: count it as a bad line     # (runlog/decoder.py judges every line so)
 """
 from __future__ import annotations
 
@@ -126,10 +124,6 @@ def _always_written(cls: type[Record]) -> frozenset[str]:
 
 def sane_world_size(header: Header) -> bool:
     return 1 <= header.world_size <= MAX_WORLD_SIZE
-
-
-def checker_of(cls: type[Record], name: str) -> Check:
-    return dict(_checks(cls))[name]
 
 
 def within_depth(value: Any, max_depth: int) -> bool:

@@ -1,7 +1,7 @@
 """The records of a run's event log and the layout of a run directory, defined once.
 
 Every process of a job appends records to its own JSON-lines file under `ranks/`; the
-supervisor and the analyser read them back with `grpo_doctor.runlog.eventlog`. A record is a frozen
+supervisor and the analyser read them back with the one decoder, `grpo_doctor.runlog.decoder`. A record is a frozen
 dataclass; on disk it is one JSON object per line with the common fields first.
 
 Typical use:
@@ -15,8 +15,8 @@ know are dropped, kinds it does not know become `UnknownRecord`.
 
 Non-finite numbers: lines are strict JSON (`jq` reads them), so the sink writes a NaN or infinite
 float as the string "NaN", "Infinity" or "-Infinity". Where a number belongs (a step's metric
-values, a rollout's statistics and sample rewards) `record_from_dict` turns those strings back
-into floats; bare NaN / Infinity tokens, as earlier versions wrote them, are read as ever.
+values, a rollout's statistics and sample rewards) `restore_non_finite` (the decoder's way) and
+`record_from_dict` turn those strings back into floats; bare NaN / Infinity tokens, as earlier versions wrote them, are read as ever.
 """
 from __future__ import annotations
 

@@ -119,3 +119,29 @@ def test_an_integer_past_int64_in_a_float_field_is_tabled_as_json_reads_it(tmp_p
     path.write_text("".join(json.dumps(d) + "\n" for d in lines))
     durations = as_list(read_rank_file(path).tabled().phases["duration_s"])
     assert durations == [2**64 + 1] and type(durations[0]) is int
+
+
+def test_both_whole_file_modes_judge_every_damaged_line_alike(tmp_path):
+    # The columns and the typed records come from one judgement of each line (decoder.judged_line): the
+    # counts, the first bad line, the pids and the answers are the same whichever the caller asks for.
+    good = [header(0, 1), begin(0, 0, 1.0, "rollout"), end(0, 0, 2.0, "rollout"), memory(0, 0, 3.0),
+            Step(**common(0, step=0, t=4.0), metrics={"loss": 0.5})]
+    damaged = [
+        b"garbage, not json",
+        json.dumps({**begin(0, 1, 5.0, "x").to_dict(), "rank": "x"}).encode(),  # a wrong type in a tabled kind
+        json.dumps({**memory(0, 1, 6.0).to_dict(), "step": 2**64}).encode(),  # past int64: json's exact int
+        json.dumps({**end(0, 1, 7.0, "x").to_dict(), "synced": "no"}).encode(),
+        json.dumps({**begin(0, 1, 8.0, "y").to_dict(), "pid": 2000}).encode(),  # a second process, no header
+        json.dumps({"schema": 1, "kind": "rollout_v9", "rank": 0, "nested": [[[]]]}).encode(),  # a kind unknown here
+        b'{"schema":1,"kind":"step","rank":0,"metrics":null}',
+        b'{"schema":1,"kind":"pha',  # torn: the rank was killed mid-write
+    ]
+    path = write_rank(tmp_path, 0, good)
+    with path.open("ab") as f:
+        f.write(b"\n".join(damaged))
+    tabled, typed = read_rank_file(path), read_rank_file(path, columns=False)
+    for answer in ("num_bad_lines", "first_bad_line", "truncated_tail", "pids", "open_path", "last_step", "end",
+                   "errors", "headers", "host", "rank"):
+        assert getattr(tabled, answer) == getattr(typed, answer), answer
+    assert tabled.num_bad_lines == 5 and tabled.truncated_tail and tabled.pids == {1000, 2000}
+    assert tabled.open_path == "y"
