@@ -193,8 +193,6 @@ def _detect(text: str) -> list[tuple[str, dict[str, Any]]]:
         found.append((WORKER_DIED, exit_lines.parse_shell_killed(text)))
     if "state: DEAD" in text:
         found.append((WORKER_DIED, exit_lines.parse_ray_actor_dead(text)))
-    if "already dead" in text:
-        found.append((WORKER_DIED, exit_lines.parse_ray_pending_failed(text)))
     if "by peer" in text:
         found.append((WORKER_DIED, peer_loss.parse_peer_loss(text)))
     if "PEER_DEAD" in text:

@@ -18,9 +18,10 @@ Read (wordings from public issues):
         -> worker-died, component "process", SIGKILL, a host OOM kill suspected
     ... actor_manager.cc:139: received notification on actor, state: DEAD, actor_id: ..., ip address: ...,
         has creation_task_exception=1
-    ... direct_actor_transport.cc:209: Failing pending tasks for actor 633c...01000000 because the actor is
-        already dead.                       (the tasks sent to it fail: their callers get RayActorError)
         -> worker-died, component "ray-actor"
+Not a death of its own: Ray's `Failing pending tasks for actor X because the actor is already dead`, which
+the core worker logs at INFO for every actor that ends without restarts (a `ray.kill` or a shutdown too;
+the next line's `size=0` says nothing was queued): the actor's `state: DEAD` line says whether it failed.
 
 Exit code 137 without "OOMKilled" does not say who sent the SIGKILL: the kernel's OOM killer inside the
 container's cgroup (a child process over the limit: the pod's Reason stays "Error"), the kubelet evicting
@@ -41,7 +42,7 @@ from grpo_doctor.logs.units import signal_name
 # Few and in rare groups: every line of a live job pays for each (docs/benchmarks.md). "xit" is in every exit
 # line read here ("exit code", "Exit Code:", "exit status", "ProcessExitedException: process 0 terminated with
 # signal SIGKILL").
-KEYWORDS = ("xit", "DEAD", "Killed", "已杀死", "already dead")
+KEYWORDS = ("xit", "DEAD", "Killed", "已杀死")
 KILL_137 = ("SIGKILL (exit code 137) from outside the process: with Reason OOMKilled the container's memory "
             "limit; with Reason Error an OOM kill of a process inside the container (dmesg on the node: "
             "'Memory cgroup out of memory'), an eviction (kubectl get events: Evicted, node memory pressure) or a "
@@ -64,7 +65,6 @@ _RAY_FAILED = ("creation_task_exception=1", "OUT_OF_MEMORY", "WORKER_DIED", "NOD
                "unexpectedly", "oom_context", "runtime_env_failed", "creation_task_failure")
 _SUBPROCESS = re.compile(r"Command '(.{0,200}?)'? returned non-zero exit status (-?\d+)")
 _RAY_DEAD = re.compile(r"state: DEAD, actor_id: (\w+)(?:, ip address: ([^,\s]+))?")
-_RAY_PENDING_FAILED = re.compile(r"Failing pending tasks for actor (\w+) because the actor is already dead")
 
 
 # The whole line is the shell's word (a "Killed" inside a sentence is someone's prose), also in a zh_CN
@@ -144,12 +144,3 @@ def parse_ray_actor_dead(text: str) -> dict[str, Any] | None:
     return {"component": "ray-actor", "actor_name": m.group(1), "ip": m.group(2), "message": text.strip()[:300],
             "exc_type": "ActorDiedError" + (" (its creation task raised)" if raised else "")}
 
-
-def parse_ray_pending_failed(text: str) -> dict[str, Any] | None:
-    """Ray's core worker failing the tasks still queued for an actor that died: work was lost with it (an
-    actor killed on purpose at the end has nothing queued)."""
-    m = _RAY_PENDING_FAILED.search(text) if "already dead" in text else None
-    if m is None:
-        return None
-    return {"component": "ray-actor", "actor_name": m.group(1), "ip": None, "message": text.strip()[:300],
-            "exc_type": "ActorDiedError (its pending tasks failed)"}

@@ -96,3 +96,29 @@ def test_a_hung_rank_watch_stopped_before_it_wrote_its_end_is_the_hang_not_a_cra
     assert [f.ranks for f in _check(run_dir) if f.severity == "critical"] == [(1,)]  # no hang: a crash
     (host_dir / "summary.json").write_text(json.dumps(summary | {"hang_ended_by_watch": True}))
     assert _check(run_dir) == []
+
+
+def test_a_broken_pipe_printed_at_exit_does_not_make_a_ranks_own_crash_collateral(tmp_path):
+    # Found in review: rank 1 failed on its own ValueError, then a logging flush at exit printed
+    # "BrokenPipeError: [Errno 32] Broken pipe", the last traceback of its torchrun lines. Read as a lost
+    # peer, it made the real crash "stopped from outside" and left the run with no root cause.
+    write_rank(tmp_path, 0, [header(0, 2), End(**common(0, step=2, t=9.0), reason=EndReason.SIGNAL, signal="SIGTERM")])
+    write_rank(tmp_path, 1, [
+        header(1, 2), PhaseBegin(**common(1, step=2, t=5.0), phase="reward", path="reward"),
+        Error(**common(1, step=2, t=6.0), exc_type="ValueError", message="reward tensor has shape (8,) but 16 "
+              "completions were generated", traceback="...", phase="reward", path="reward"),
+        End(**common(1, step=2, t=6.1), reason=EndReason.EXCEPTION)])
+    log = tmp_path / "torchrun.log"
+    log.write_text(
+        '[rank1]: Traceback (most recent call last):\n[rank1]:   File "/work/train.py", line 8, in main\n'
+        "[rank1]:     compute_rewards(batch)\n"
+        "[rank1]: ValueError: reward tensor has shape (8,) but 16 completions were generated\n"
+        "[rank1]: Exception ignored in: <_io.TextIOWrapper name='<stdout>' mode='w' encoding='utf-8'>\n"
+        "[rank1]: Traceback (most recent call last):\n"
+        '[rank1]:   File "/usr/lib/python3.10/logging/__init__.py", line 1104, in emit\n'
+        "[rank1]:     self.flush()\n[rank1]: BrokenPipeError: [Errno 32] Broken pipe\n"
+        "E1128 10:00:02.000000 140 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: 1) "
+        "local_rank: 1 (pid: 1001) of binary: /usr/bin/python3\n")
+    findings = _check(tmp_path, log)
+    crit = [f for f in findings if f.severity == "critical"]
+    assert [(f.ranks, f.evidence["exc_type"]) for f in crit] == [((1,), "ValueError")], findings

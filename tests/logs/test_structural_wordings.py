@@ -143,12 +143,18 @@ def test_the_taking_down_line_after_a_watchdog_timeout_is_the_timeouts(tmp_path)
     assert [f.id for f in _findings(timeout + _lines(24), tmp_path)] == ["nccl-timeout"]
 
 
-def test_ray_failing_the_pending_tasks_of_a_dead_actor_is_that_actors_crash(tmp_path):
-    [crash] = _findings(_lines(25), tmp_path)
+def test_ray_failing_the_pending_tasks_of_a_dead_actor_is_judged_by_the_actors_death_line(tmp_path):
+    # Ray logs the pending line for every actor that ends without restarts, a ray.kill or a shutdown too:
+    # the actor's own "state: DEAD" line says whether it failed (ray#18586: creation_task_exception=1).
+    [crash] = _findings(_lines(11, 25), tmp_path)
     assert crash.id == "rank-crash" and crash.title.startswith("Ray actor 633c65fbc45b072368cc3bfd01000000 died")
-    assert "pending tasks" in crash.evidence["exc_type"]
-    [both] = _findings(_lines(11, 25), tmp_path)  # the same actor's death and its failed tasks: one crash
-    assert both.id == "rank-crash"
+    killed = ("[2024-05-02 10:11:19,866 I 2122527 2122927] actor_manager.cc:139: received notification on actor, "
+              "state: DEAD, actor_id: 633c65fbc45b072368cc3bfd01000000, ip address: 10.0.0.5, port: 44673, "
+              "num_restarts: 0, death cause: RAY_KILL\n")
+    queue = ("[2024-05-02 10:11:19,866 I 2122527 2122927] direct_actor_transport.cc:228: Failing tasks waiting for "
+             "death info, size=0, actor_id=633c65fbc45b072368cc3bfd01000000\n")
+    assert _findings(_lines(25), tmp_path) == []
+    assert _findings(killed + _lines(25) + queue, tmp_path) == []  # a healthy run's ray.kill at the end
 
 
 def test_an_nccl_communicators_abort_alone_is_teardown_not_a_failure(tmp_path):

@@ -267,7 +267,9 @@ def _collateral(info: dict[str, Any]) -> bool:
         return True
     if info.get("exc_type") is None:
         return info.get("signal") in COLLATERAL_SIGNALS
-    said = f"{info.get('message') or ''} {info.get('exception') or ''}"  # the exception: a Ray task's own error
+    said = str(info.get("message") or "")
+    if info.get("component") == "ray-actor":  # a Ray task's own error, under its header (log_crashes.py); for
+        said += f" {info.get('exception') or ''}"  # any other rank, its last traceback may be exit noise
     return any(marker in said for marker in PEER_LOST)
 
 
