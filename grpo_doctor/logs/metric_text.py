@@ -72,11 +72,28 @@ class Record:
 
 
 class MetricTextReader:
-    """Chunks of whole lines in, `records` out (see the module docstring)."""
+    """Chunks of whole lines in, `records` out (see the module docstring).
+
+    A record of the policy's entropy and KL alone is held back (`_policy_terms_only`) until the log shows
+    what trained: once any record of it measures a GRPO quantity (a reward, a completion length, ...), the
+    held records are that run's too (entropy printed on its own line beside the reward's) and are judged."""
 
     def __init__(self) -> None:
-        self.records: list[Record] = []
-        self.unjudged = 0  # records of another kind of training (episodes, no LLM rollout): read, not judged
+        # (the record as judged now, or None; the whole record if it measured only entropy and KL, or None)
+        self._entries: list[tuple[Record | None, Record | None]] = []
+        self._unjudged = 0  # records of another kind of training (episodes, no LLM rollout): read, not judged
+        self._held_unjudged = 0  # of those, the held records that kept nothing
+        self._rollout_seen = False  # a judged record measured a GRPO quantity beyond entropy, KL and the loss
+
+    @property
+    def records(self) -> list[Record]:
+        if self._rollout_seen:
+            return [full or now for now, full in self._entries if (full or now) is not None]
+        return [now for now, _ in self._entries if now is not None]
+
+    @property
+    def unjudged(self) -> int:
+        return self._unjudged - (self._held_unjudged if self._rollout_seen else 0)
 
     def feed_chunk(self, chunk: bytes) -> None:
         done = 0
@@ -200,19 +217,31 @@ class MetricTextReader:
             mapped = _mapped(name)
             if mapped is not None:
                 metrics.setdefault(mapped, value)
-        judged = rollout_names_allowed(name for name, _ in pairs) and not _policy_terms_only(metrics)
+        allowed = rollout_names_allowed(name for name, _ in pairs)
+        held = allowed and _policy_terms_only(metrics)
+        whole = dict(metrics) if held else None
+        judged = allowed and not held
+        if judged and {canonical_of(k) for k in metrics} - POLICY_TERMS - set(ALWAYS_KEPT):
+            self._rollout_seen = True
         if not judged:
-            self.unjudged += bool(metrics) or episode_metrics(name for name, _ in pairs)
+            self._unjudged += bool(metrics) or episode_metrics(name for name, _ in pairs)
             metrics = {k: v for k, v in metrics.items() if canonical_of(k) in ALWAYS_KEPT}
-        if not any(canonical_of(k) in MEASURED or FUNC_STD.match(k) for k in metrics):
+        kept = any(canonical_of(k) in MEASURED or FUNC_STD.match(k) for k in metrics)
+        if not kept and not held:
             return
-        self.unjudged -= not judged  # its loss or grad norm is judged: counted as a record
+        if kept:
+            self._unjudged -= not judged  # its loss or grad norm is judged: counted as a record
+        else:
+            self._held_unjudged += 1
         if "epoch" in steps:
             metrics.setdefault("epoch", steps["epoch"])
+            if whole is not None:
+                whole.setdefault("epoch", steps["epoch"])
         step = _step(steps, text)
         if step is None and start is not None:
             step = _header_step(chunk, start)
-        self.records.append(Record(syntax, step, metrics))
+        self._entries.append((Record(syntax, step, metrics) if kept else None,
+                              Record(syntax, step, whole) if whole is not None else None))
 
 
 def _policy_terms_only(metrics: dict[str, float]) -> bool:

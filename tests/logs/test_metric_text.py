@@ -158,3 +158,18 @@ def test_blocks_of_policy_entropy_and_kl_alone_are_read_and_not_judged():
     assert (reader.records, reader.unjudged) == ([], 2)
     [llm] = _records("Iter 5: Entropy 0.65, KL 0.001, Total rewards mean 0.300\n")  # a reward beside them: judged
     assert llm.metrics == {"entropy": 0.65, "kl": 0.001, "reward": 0.3}
+
+
+def test_entropy_and_kl_on_their_own_lines_are_judged_once_the_log_shows_a_grpo_run():
+    """Found in review: a GRPO script printing its reward and its entropy on separate lines lost its
+    entropy-collapse warning when records of entropy and KL alone were never judged. Held until the log
+    shows what trained, they are judged once a reward line says it was an LLM rollout."""
+    lines = "".join(f"step={n} reward={0.3 + n / 1000:.4f} reward_std=0.200 completion_length=120\n"
+                    f"step={n} entropy={1.0 / n:.4f} kl=0.0000\n" for n in range(1, 61))
+    reader = MetricTextReader()
+    reader.feed_chunk(lines.encode())
+    entropy = [r.metrics["entropy"] for r in reader.records if "entropy" in r.metrics]
+    assert len(entropy) == 60 and entropy[-1] < 0.02 and reader.unjudged == 0
+    alone = MetricTextReader()  # the same entropy lines without the reward's: no sign of what trained
+    alone.feed_chunk("".join(line + "\n" for line in lines.splitlines()[1::2]).encode())
+    assert alone.records == [] and alone.unjudged == 60
