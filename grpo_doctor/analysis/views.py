@@ -4,7 +4,8 @@
 declares them (`READS`, a set of `View`s) and `run_rules` hands it a `RuleEvidence` that serves those
 views only: a read of an undeclared one fails the rule (a warning naming the rule and the view), so a
 declaration cannot drift from what the rule reads, and a reader sees at the top of a rule what it
-depends on (the five rules that reach around the tables to the raw rank logs say `View.RANK_LOGS`).
+depends on (the rules that reach around the tables to the raw rank logs, directly or through a helper, say
+`View.RANK_LOGS`).
 
 Typical use:
     READS = {View.RANK_TABLES, View.RANKS}           # in a rule module
@@ -35,8 +36,9 @@ class View(Enum):
 VIEW_OF: dict[str, View] = {name: view for view in View for name in view.value}
 
 
-class UndeclaredView(AttributeError):
-    """A rule read a part of the evidence its READS does not name."""
+class UndeclaredView(LookupError):
+    """A rule read a part of the evidence its READS does not name. Not an AttributeError: `hasattr` or
+    `getattr(run, name, default)` on an undeclared view would then answer quietly instead of failing the rule."""
 
 
 class RuleEvidence:
@@ -51,6 +53,8 @@ class RuleEvidence:
         self._rule = rule
 
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):  # the slots before __init__ set them (copy, pickle), and dunder lookups
+            raise AttributeError(name)
         view = VIEW_OF.get(name)
         if view is None or view not in self._reads:
             said = f"view {view.name}" if view is not None else "no view a rule may read"

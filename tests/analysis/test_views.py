@@ -1,16 +1,18 @@
 """A rule's view of the run (analysis/views.py) is the same run to the caches kept per run: every rule
 gets its own RuleEvidence, and none may pay again for what another rule's view already computed."""
 import ast
+import copy
+import pickle
 from pathlib import Path
 
 import pytest
 from rolloutdata import healthy_metrics, metrics_run
 
 from grpo_doctor.analysis.grpo_metrics import step_series
-from grpo_doctor.analysis.load import load_evidence
+from grpo_doctor.analysis.load import Evidence, load_evidence
 from grpo_doctor.analysis.parallel_layout import layout_of
 from grpo_doctor.analysis.rules import RULES, rule_name
-from grpo_doctor.analysis.views import VIEW_OF, RuleEvidence, View
+from grpo_doctor.analysis.views import VIEW_OF, RuleEvidence, UndeclaredView, View
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -58,3 +60,13 @@ def test_a_rule_declares_every_view_its_code_reads_on_any_path(rule):
                         if name in VIEW_OF and VIEW_OF[name] not in rule.READS)
     assert not undeclared, f"{rule_name(rule)} reads {', '.join(undeclared)}: add the view(s) to its READS"
     assert all(name in VIEW_OF for name in reads), f"{rule_name(rule)} reads {reads - set(VIEW_OF)}, in no view"
+
+
+def test_a_rules_view_copies_and_an_undeclared_view_is_never_answered_quietly():
+    # Found in review: copy/pickle recursed forever in __getattr__ (the slots are read before __init__ set
+    # them), and hasattr / getattr with a default answered False or the default for an undeclared view.
+    run = RuleEvidence(Evidence(paths=[]), {View.RANK_TABLES}, "some-rule")
+    assert copy.copy(run).phases is not None and pickle.loads(pickle.dumps(run)).steps is not None
+    for ask in (lambda: hasattr(run, "hangs"), lambda: getattr(run, "hangs", None)):
+        with pytest.raises(UndeclaredView, match="some-rule reads `hangs` .view WATCH_ARTIFACTS."):
+            ask()
