@@ -35,7 +35,6 @@ from grpo_doctor.checks.rollout_rules import unusual_gaps  # noqa: F401 - re-exp
 from grpo_doctor.schema import Rollout
 from grpo_doctor.schema.metric_vocab import (
     event_log_reward_std,
-    is_swift_command,
     launch_arg,
     zero_std_is_batch_flag,
 )
@@ -63,7 +62,7 @@ def rank_metrics(run: Evidence) -> pd.DataFrame:
 def step_series(run: Evidence) -> dict[str, pd.DataFrame]:
     """{source: canonical metrics indexed by step (ascending), the median over ranks}.
 
-    Nine rules and the report ask for this; on 64 ranks x 2,000 steps it takes a quarter of a
+    Most rollout rules (directly or through zero_std_shares) and the report ask for this; on 64 ranks x 2,000 steps it takes a quarter of a
     second, so the last answer is kept while the evidence and its steps table stay the same objects.
     The dict is a copy (callers add to it); the frames are shared and must not be changed in place."""
     global _last_series
@@ -132,11 +131,6 @@ def finite(value: float | None) -> float | None:
     if value is None or not math.isfinite(value):
         return None
     return round(float(value), 6)
-
-
-def launched_by_swift(run: Evidence) -> bool:
-    """Whether the ranks ran ms-swift's command line (schema/metric_vocab.is_swift_command)."""
-    return any(is_swift_command(argv) for argv in _argvs(run))
 
 
 @dataclass(frozen=True)
