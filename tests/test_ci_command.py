@@ -21,5 +21,15 @@ def test_ci_runs_the_readme_test_command_and_it_lints_type_checks_and_tests_ever
     assert ci_lines == [command]
     steps = command.split(" && ")
     assert ".venv/bin/ruff check ." in steps and ".venv/bin/mypy" in steps
-    # The last step runs every test (docs/testing.md): no marker or path narrows it to the quick tier.
-    assert steps[-1] == ".venv/bin/python -m pytest -q -p no:cacheprovider"
+    # The last two steps run every test (docs/testing.md): all but the `alone` ones in two workers, then those in
+    # one process. No other marker or path narrows them (to the quick tier, say).
+    pytest = ".venv/bin/python -m pytest -q -p no:cacheprovider"
+    assert steps[-2:] == [f'{pytest} -n 2 --dist loadfile -m "not alone"', f"{pytest} -m alone"]
+
+
+def test_the_alone_marker_is_declared_and_names_at_least_one_test():
+    """A misspelt marker would select nothing in the second step and the first would still leave it out."""
+    declared = (REPO / "pyproject.toml").read_text(encoding="utf-8")
+    assert '"alone:' in declared
+    marked = [p for p in (REPO / "tests").rglob("test_*.py") if "pytest.mark.alone" in p.read_text(encoding="utf-8")]
+    assert len(marked) >= 1
