@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.analysis.rank_progress import completed
+from grpo_doctor.analysis.views import RunView
 from grpo_doctor.checks.stack_groups import CollectiveCall
 
 
@@ -27,7 +27,7 @@ class SiteMismatch:
     sites: dict[tuple[str, str], tuple[int, ...]]  # (op, call site) -> ranks waiting there
 
 
-def mismatched_sites(run: Evidence, calls: dict[int, CollectiveCall],
+def mismatched_sites(run: RunView, calls: dict[int, CollectiveCall],
                      where: dict[int, tuple[int | None, str | None]]) -> SiteMismatch | None:
     """None when every rank waits at the same collective call site (or fewer than two ranks do).
 
@@ -48,7 +48,7 @@ def mismatched_sites(run: Evidence, calls: dict[int, CollectiveCall],
     return SiteMismatch(tuple(sorted(calls)), "tie", frozen)
 
 
-def _behind(run: Evidence, group: list[int], others: list[int], where: dict[int, tuple[int | None, str | None]]) -> bool:
+def _behind(run: RunView, group: list[int], others: list[int], where: dict[int, tuple[int | None, str | None]]) -> bool:
     """Every rank of `group` is in a phase of a step that every other rank completed."""
     for rank in group:
         step, path = where.get(rank, (None, None))

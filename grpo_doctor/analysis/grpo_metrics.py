@@ -22,14 +22,14 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.analysis.metric_logs import SWIFT
 from grpo_doctor.analysis.metric_names import canonical_frame
 from grpo_doctor.analysis.rollout_tables import EVENT_LOG_SOURCE
-from grpo_doctor.analysis.views import loaded_run
+from grpo_doctor.analysis.views import RunView, loaded_run
 from grpo_doctor.checks import rollout_rules
 from grpo_doctor.checks.rollout_rules import unusual_gaps  # noqa: F401 - re-exported (report/plots.py)
 from grpo_doctor.schema import Rollout
@@ -39,13 +39,16 @@ from grpo_doctor.schema.metric_vocab import (
     zero_std_is_batch_flag,
 )
 
+if TYPE_CHECKING:
+    from grpo_doctor.analysis.load import Evidence
+
 # Where a share of zero-std groups was read (ZeroStdShare.origin)
 LOGGED_SHARE = "frac_reward_zero_std"
 BATCH_FLAG = "frac_reward_zero_std, batch-level (a lower bound)"
 ROLLOUT_SHARE = "rollout records"
 
 
-def rank_metrics(run: Evidence) -> pd.DataFrame:
+def rank_metrics(run: RunView) -> pd.DataFrame:
     """One row per source, rank and step with the canonical metrics (metric_names.py)."""
     steps = run.steps if "source" in run.steps.columns else run.steps.assign(source=EVENT_LOG_SOURCE)
     if steps.empty or "step" not in steps.columns:
@@ -59,7 +62,7 @@ def rank_metrics(run: Evidence) -> pd.DataFrame:
     return out[out["step"].notna()].astype({"step": int})
 
 
-def step_series(run: Evidence) -> dict[str, pd.DataFrame]:
+def step_series(run: RunView) -> dict[str, pd.DataFrame]:
     """{source: canonical metrics indexed by step (ascending), the median over ranks}.
 
     Most rollout rules (directly or through zero_std_shares) and the report ask for this; on 64 ranks x 2,000 steps it takes a quarter of a
@@ -105,7 +108,7 @@ def longest_run(mask: pd.Series, min_steps: int) -> tuple[int, int, int] | None:
     return max(runs, key=lambda r: r[2]) if runs else None
 
 
-def beta_of(run: Evidence, source: str) -> float | None:
+def beta_of(run: RunView, source: str) -> float | None:
     """The KL coefficient, where the run states it: ms-swift's args.json, `--beta` on the command line
     (reference trainer, TRL and ms-swift scripts), or a logged `beta` metric. None: not stated."""
     if source != EVENT_LOG_SOURCE:
@@ -141,7 +144,7 @@ class ZeroStdShare:
     origin: str  # LOGGED_SHARE, BATCH_FLAG (1 only when every group was zero-std) or ROLLOUT_SHARE
 
 
-def zero_std_shares(run: Evidence) -> dict[str, ZeroStdShare]:
+def zero_std_shares(run: RunView) -> dict[str, ZeroStdShare]:
     """{source: ZeroStdShare}: the logged frac_reward_zero_std, or for the event log, where that is not
     logged or is only a batch-level flag, the ranks' rollout records (rollout_zero_std_share)."""
     out = {}
@@ -168,16 +171,16 @@ def rollout_zero_std_share(records: Iterable[Rollout]) -> pd.Series:
     return pd.Series(shares, dtype=float).sort_index()
 
 
-def _zero_std_is_batch_flag(run: Evidence, source: str) -> bool:
+def _zero_std_is_batch_flag(run: RunView, source: str) -> bool:
     """Whether the logged frac_reward_zero_std is only TRL's batch-level flag (schema/metric_vocab.py).
     Known only from the event log's command line: TRL's output directory keeps its arguments in a pickle."""
     return source == EVENT_LOG_SOURCE and zero_std_is_batch_flag(_argvs(run))
 
 
-def _argvs(run: Evidence) -> list:
+def _argvs(run: RunView) -> list:
     return [header.argv for header in run.headers.values()]
 
 
-def _launch_arg(run: Evidence, name: str) -> str | None:
+def _launch_arg(run: RunView, name: str) -> str | None:
     """The value of `name value` or `name=value` on the ranks' command line; None when not given."""
     return launch_arg(_argvs(run), name)

@@ -27,8 +27,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from grpo_doctor.analysis.load import Evidence
-from grpo_doctor.analysis.views import loaded_run
+from grpo_doctor.analysis.views import RunView, loaded_run
 from grpo_doctor.checks.layout import FaultDomain, Layout, Membership, Place, build_layout, fault_domain
 from grpo_doctor.schema import Header, ParallelGroup
 
@@ -61,7 +60,7 @@ class Placement:
     domain: FaultDomain | None = None
 
 
-def layout_of(run: Evidence) -> Layout:
+def layout_of(run: RunView) -> Layout:
     """Every rank's place and groups, from its latest header and the groups recorded after it (cached per run)."""
     owner = loaded_run(run)  # one layout for every rule's view of the run
     hit = _cache.get(id(owner))
@@ -97,7 +96,7 @@ def _forget(key: int, ref: weakref.ref) -> None:
         del _cache[key]
 
 
-def place(run: Evidence, ranks: Iterable[int], host_of: Mapping[int, str | None] | None = None,
+def place(run: RunView, ranks: Iterable[int], host_of: Mapping[int, str | None] | None = None,
           judge: bool = True) -> Placement:
     """Where `ranks` are and what they share (module docstring); `host_of` fills in hosts the rank files
     lack (a hang report's). judge=False: coordinates only, no verdict (ranks that are not outliers)."""

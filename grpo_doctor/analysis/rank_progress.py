@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from grpo_doctor.analysis.load import Evidence
+from grpo_doctor.analysis.views import RunView
 from grpo_doctor.checks.stack_groups import CollectiveCall, collective_call
 from grpo_doctor.schema import End, Error
 from grpo_doctor.schema.stacks import Frame, traceback_frames
@@ -67,7 +67,7 @@ class CollectiveFailure:
     message: str
 
 
-def rank_positions(run: Evidence) -> dict[int, RankPosition]:
+def rank_positions(run: RunView) -> dict[int, RankPosition]:
     """Every rank with an event log, as its latest attempt ended."""
     out: dict[int, RankPosition] = {}
     # Split by rank once: a filter of the whole table per rank is a million-row pass each at 1,024 ranks.
@@ -105,7 +105,7 @@ def rank_positions(run: Evidence) -> dict[int, RankPosition]:
     return out
 
 
-def collective_failures(run: Evidence, positions: dict[int, RankPosition]) -> dict[int, CollectiveFailure]:
+def collective_failures(run: RunView, positions: dict[int, RankPosition]) -> dict[int, CollectiveFailure]:
     """rank -> its failure, for the ranks whose last exception says it waited in a collective or lost a peer."""
     out = {}
     for rank, pos in positions.items():
@@ -143,7 +143,7 @@ def timeout_ms(message: str) -> int | None:
     return int(found.group(1)) * 1000 if found else None
 
 
-def completed(run: Evidence, rank: int, path: str, step: int | None) -> bool:
+def completed(run: RunView, rank: int, path: str, step: int | None) -> bool:
     """True when `rank` ended phase `path` of `step` normally (it went past where another rank waits)."""
     p = run.phases
     done = p[(p["rank"] == rank) & (p["path"] == path) & (p["step"] == step) & p["duration_s"].notna()]

@@ -7,15 +7,35 @@ declaration cannot drift from what the rule reads, and a reader sees at the top 
 depends on (the rules that reach around the tables to the raw rank logs, directly or through a helper, say
 `View.RANK_LOGS`).
 
+Typed: `RuleEvidence` declares each attribute a view serves with its type, and has no catch-all for
+the type checker, so mypy knows what `run.phases` or `run.hangs` is and rejects a read of anything
+else (`run.warnings`, a misspelt name). `RunView` (a rule's view, or the whole `Evidence`) is the one
+name for what rules and the helpers they hand the run to receive.
+
 Typical use:
     READS = {View.RANK_TABLES, View.RANKS}           # in a rule module
+    def check(run: RunView, cfg: Config) -> Iterator[Finding]: ...
     findings = rule.check(RuleEvidence(evidence, rule.READS, "straggler"), cfg)
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, Union, overload
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from grpo_doctor.analysis.load import Evidence
+    from grpo_doctor.analysis.metric_logs import MetricLog
+    from grpo_doctor.analysis.probe_evidence import ProbeEvidence
+    from grpo_doctor.logs.flight_recorder import FlightDump
+    from grpo_doctor.runlog.rank_log import RankLog
+    from grpo_doctor.schema import Header, Rollout
+    from grpo_doctor.schema.slow_rounds import Survey
+    from grpo_doctor.schema.watch_files import HangReport, WatchSummary
+
+T = TypeVar("T")
 
 
 class View(Enum):
@@ -41,28 +61,88 @@ class UndeclaredView(LookupError):
     `getattr(run, name, default)` on an undeclared view would then answer quietly instead of failing the rule."""
 
 
+class _Served(Generic[T]):
+    """One attribute of the evidence as a rule's view serves it: typed for mypy, its view checked when read."""
+
+    __slots__ = ("name",)
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, run: None, owner: type) -> _Served[T]: ...
+    @overload
+    def __get__(self, run: RuleEvidence, owner: type) -> T: ...
+    def __get__(self, run: RuleEvidence | None, owner: type) -> T | _Served[T]:
+        return self if run is None else run._served(self.name)
+
+
 class RuleEvidence:
-    """The evidence as one rule sees it: attribute reads of the declared views pass through to the
-    `Evidence`; any other read raises UndeclaredView naming the rule, the attribute and its view."""
+    """The evidence as one rule sees it: a read of a declared view's attribute passes through to the
+    `Evidence`; a read of any other raises UndeclaredView naming the rule, the attribute and its view."""
 
     __slots__ = ("_evidence", "_reads", "_rule")
 
-    def __init__(self, evidence: Any, reads: Iterable[View], rule: str) -> None:
+    # View.RANK_TABLES
+    phases: _Served[pd.DataFrame] = _Served()
+    steps: _Served[pd.DataFrame] = _Served()
+    errors: _Served[pd.DataFrame] = _Served()
+    memory: _Served[pd.DataFrame] = _Served()
+    clock_offsets: _Served[dict[str, float]] = _Served()
+    # View.ROLLOUT_TABLES
+    rollouts: _Served[pd.DataFrame] = _Served()
+    rng: _Served[pd.DataFrame] = _Served()
+    completions: _Served[pd.DataFrame] = _Served()
+    rollout_records: _Served[list[Rollout]] = _Served()
+    # View.RANKS
+    headers: _Served[dict[int, Header]] = _Served()
+    host_of: _Served[Callable[[int | None], str | None]] = _Served()
+    known_ranks: _Served[set[int]] = _Served()
+    world_size: _Served[int | None] = _Served()
+    # View.RANK_LOGS
+    rank_logs: _Served[dict[int, RankLog]] = _Served()
+    # View.LOG_SIGNATURES
+    signature_rows: _Served[list[dict[str, Any]]] = _Served()
+    # View.WATCH_ARTIFACTS
+    hangs: _Served[list[HangReport]] = _Served()
+    summaries: _Served[dict[str, WatchSummary]] = _Served()
+    samples: _Served[pd.DataFrame] = _Served()
+    memory_plans: _Served[dict[str, dict[str, Any]]] = _Served()
+    slow_surveys: _Served[list[Survey]] = _Served()
+    # View.FLIGHT_RECORDER
+    flight_dumps: _Served[list[FlightDump]] = _Served()
+    # View.FRAMEWORK_METRICS
+    metric_logs: _Served[list[MetricLog]] = _Served()
+    # View.PROBE_RESULTS
+    probe: _Served[ProbeEvidence | None] = _Served()
+    # View.LAUNCH_COMMAND
+    command: _Served[tuple[str, ...]] = _Served()
+    launch_env: _Served[dict[str, str]] = _Served()
+
+    def __init__(self, evidence: Evidence, reads: Iterable[View], rule: str) -> None:
         self._evidence = evidence
         self._reads = frozenset(reads)
         self._rule = rule
 
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):  # the slots before __init__ set them (copy, pickle), and dunder lookups
-            raise AttributeError(name)
-        view = VIEW_OF.get(name)
-        if view is None or view not in self._reads:
-            said = f"view {view.name}" if view is not None else "no view a rule may read"
-            raise UndeclaredView(f"rule {self._rule} reads `{name}` ({said}), which its READS does not declare")
+    def _served(self, name: str) -> Any:
+        view = VIEW_OF[name]
+        if view not in self._reads:
+            raise UndeclaredView(f"rule {self._rule} reads `{name}` (view {view.name}), which its READS does not declare")
         return getattr(self._evidence, name)
 
+    if not TYPE_CHECKING:  # hidden from mypy, which then rejects a read of a name no view serves
+        def __getattr__(self, name: str) -> Any:
+            if name.startswith("_"):  # the slots before __init__ set them (copy, pickle), and dunder lookups
+                raise AttributeError(name)
+            raise UndeclaredView(f"rule {self._rule} reads `{name}` (no view a rule may read), which its READS "
+                                 "does not declare")
 
-def loaded_run(run: Any) -> Any:
+
+# What a rule receives (its RuleEvidence), or the whole run where other code calls a rule's helpers.
+RunView = Union[RuleEvidence, "Evidence"]
+
+
+def loaded_run(run: RunView) -> Evidence:
     """The object behind a rule's view of the run (the `Evidence` itself): the key of caches kept per run,
     which every rule's view then shares (parallel_layout.py's layout)."""
     return run._evidence if isinstance(run, RuleEvidence) else run

@@ -27,11 +27,11 @@ def test_two_rules_views_of_one_run_share_its_step_series_and_layout(tmp_path):
 
 
 def _reads_of(path, seen):
-    """The Evidence attributes the module reads on its Evidence parameters, and those of the analysis
+    """The Evidence attributes the module reads on its RunView (or Evidence) parameters, and those of the analysis
     helpers it hands the run to (followed once each): what a rule may touch on any path, run or not."""
     tree = ast.parse(path.read_text())
     names = {a.arg for f in ast.walk(tree) if isinstance(f, ast.FunctionDef) for a in f.args.args
-             if a.annotation is not None and ast.unparse(a.annotation) == "Evidence"}
+             if a.annotation is not None and ast.unparse(a.annotation) in ("RunView", "Evidence")}
     imported = {alias.asname or alias.name: node.module for node in ast.walk(tree)
                 if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("grpo_doctor.analysis")
                 for alias in node.names}
@@ -45,7 +45,7 @@ def _reads_of(path, seen):
         if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id in imported:
             module = f"{imported[func.value.id]}.{func.value.id}"
         helper = REPO / f"{module.replace('.', '/')}.py" if module else None
-        if helper is not None and helper.is_file() and helper not in seen:
+        if helper is not None and helper.is_file() and helper not in seen and helper.name != "views.py":
             seen.add(helper)
             attrs |= _reads_of(helper, seen)
     return attrs
@@ -70,3 +70,16 @@ def test_a_rules_view_copies_and_an_undeclared_view_is_never_answered_quietly():
     for ask in (lambda: hasattr(run, "hangs"), lambda: getattr(run, "hangs", None)):
         with pytest.raises(UndeclaredView, match="some-rule reads `hangs` .view WATCH_ARTIFACTS."):
             ask()
+
+
+def test_every_view_is_served_typed_and_the_evidence_has_what_each_serves():
+    """mypy reads a rule's `run.<name>` through RuleEvidence's typed attributes: one per name a view lists,
+    no more (a name served but in no view would pass the type check and fail every rule that reads it)."""
+    served = {name for name, value in vars(RuleEvidence).items() if type(value).__name__ == "_Served"}
+    assert served == set(VIEW_OF)
+    evidence = Evidence(paths=[])
+    assert all(hasattr(evidence, name) for name in served)
+    everything = RuleEvidence(evidence, set(View), "all")
+    for name in served:
+        getattr(everything, name)  # every view declared: each name served, none raises
+    assert everything.phases is evidence.phases and everything.host_of(None) is None

@@ -41,9 +41,8 @@ from grpo_doctor.analysis.collective_sites import SiteMismatch, mismatched_sites
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.hang_stacks import hang_captures, main_frames
 from grpo_doctor.analysis.launch_settings import differing_settings
-from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.analysis.rank_progress import collective_failures, rank_positions
-from grpo_doctor.analysis.views import View
+from grpo_doctor.analysis.views import RunView, View
 from grpo_doctor.checks.stack_groups import collective_call
 from grpo_doctor.logs.fr_match import Call, CollectiveMismatch, GroupMatch, MissingCollective, match_dumps
 from grpo_doctor.logs.kinds import NCCL_TIMEOUT
@@ -80,7 +79,7 @@ class Config:
     max_seqs_listed: int = 8
 
 
-def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
+def check(run: RunView, cfg: Config) -> Iterator[Finding]:
     found = list(_from_flight_recorder(run, cfg))
     yield from found
     if found:
@@ -91,14 +90,14 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
         yield from _from_watchdog_lines(run)
 
 
-def _from_stacks_or_tracebacks(run: Evidence) -> Iterator[Finding]:
+def _from_stacks_or_tracebacks(run: RunView) -> Iterator[Finding]:
     for report in run.hangs:
         yield from _from_stacks(run, report)
     if not run.hangs:
         yield from _from_tracebacks(run)
 
 
-def _from_watchdog_lines(run: Evidence) -> Iterator[Finding]:
+def _from_watchdog_lines(run: RunView) -> Iterator[Finding]:
     """NCCL's watchdog timeouts in the logs: at one sequence number of one process group the ranks
     waited in different collectives (op or element count): the minority called something else."""
     by_group: dict[tuple, dict[int, dict]] = {}
@@ -137,7 +136,7 @@ def _from_watchdog_lines(run: Evidence) -> Iterator[Finding]:
         return  # the first mismatched collective; later ones follow from it
 
 
-def _from_flight_recorder(run: Evidence, cfg: Config) -> Iterator[Finding]:
+def _from_flight_recorder(run: RunView, cfg: Config) -> Iterator[Finding]:
     if not run.flight_dumps:
         return
     files = sorted(d.path for d in run.flight_dumps)
@@ -149,7 +148,7 @@ def _from_flight_recorder(run: Evidence, cfg: Config) -> Iterator[Finding]:
             yield _missing_finding(run, group, group.missing, files, host_of)
 
 
-def _from_stacks(run: Evidence, report: HangReport) -> Iterator[Finding]:
+def _from_stacks(run: RunView, report: HangReport) -> Iterator[Finding]:
     """watch's stacks at a hang: every rank waits in a collective, not all at the same call site."""
     if report.culprits:
         return  # some rank is not in a collective at all: a hang, not a mismatch
@@ -163,7 +162,7 @@ def _from_stacks(run: Evidence, report: HangReport) -> Iterator[Finding]:
         yield _sites_finding(run, found, calls, where, {"source": "stacks", "hang_file": report.file})
 
 
-def _from_tracebacks(run: Evidence) -> Iterator[Finding]:
+def _from_tracebacks(run: RunView) -> Iterator[Finding]:
     """The ranks' recorded exceptions: they timed out (or lost their peer) in collectives called from
     different places."""
     failures = collective_failures(run, rank_positions(run))
@@ -178,7 +177,7 @@ def _from_tracebacks(run: Evidence) -> Iterator[Finding]:
         yield _sites_finding(run, found, calls, where, extra)
 
 
-def _sites_finding(run: Evidence, found: SiteMismatch, calls: dict, where: dict, extra: dict) -> Finding:
+def _sites_finding(run: RunView, found: SiteMismatch, calls: dict, where: dict, extra: dict) -> Finding:
     odd = list(found.odd_ranks)
     others = sorted(r for r in calls if r not in odd)
 
@@ -205,7 +204,7 @@ def _sites_finding(run: Evidence, found: SiteMismatch, calls: dict, where: dict,
     )
 
 
-def _missing_finding(run: Evidence, group: GroupMatch, missing: MissingCollective, files: list[str],
+def _missing_finding(run: RunView, group: GroupMatch, missing: MissingCollective, files: list[str],
                      host_of: dict) -> Finding:
     call = missing.call
     op = call.op if call else "collective"
@@ -229,7 +228,7 @@ def _missing_finding(run: Evidence, group: GroupMatch, missing: MissingCollectiv
     )
 
 
-def _mismatch_finding(run: Evidence, cfg: Config, group: GroupMatch, files: list[str], host_of: dict) -> Finding:
+def _mismatch_finding(run: RunView, cfg: Config, group: GroupMatch, files: list[str], host_of: dict) -> Finding:
     mismatches = group.mismatches
     first = mismatches[0]
     listed = list(first.odd_ranks) + [r for r in first.calls if r not in first.odd_ranks]
@@ -250,7 +249,7 @@ def _mismatch_finding(run: Evidence, cfg: Config, group: GroupMatch, files: list
     )
 
 
-def _launch(run: Evidence) -> tuple[str, ...]:
+def _launch(run: RunView) -> tuple[str, ...]:
     return (HINT_LAUNCH,) if differing_settings(run.headers, run.probe) else ()
 
 
@@ -280,5 +279,5 @@ def _frame(c: Call | None) -> str | None:
     return c.frame if c else None
 
 
-def _hosts(run: Evidence, ranks: tuple[int, ...], host_of: dict) -> tuple[str, ...]:
+def _hosts(run: RunView, ranks: tuple[int, ...], host_of: dict) -> tuple[str, ...]:
     return tuple(sorted({h for h in (host_of.get(r) or run.host_of(r) for r in ranks) if h}))

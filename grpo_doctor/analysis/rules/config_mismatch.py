@@ -15,9 +15,8 @@ from dataclasses import dataclass
 
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.launch_settings import PREFIXES, SETTINGS, differences_of, per_host_settings
-from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.analysis.probe_evidence import probe_findings
-from grpo_doctor.analysis.views import View
+from grpo_doctor.analysis.views import RunView, View
 
 ID = "config-mismatch"
 READS = {View.PROBE_RESULTS, View.RANKS}
@@ -38,7 +37,7 @@ class Config:
     prefixes: tuple[str, ...] = PREFIXES  # every variable with one of these prefixes is compared too
 
 
-def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
+def check(run: RunView, cfg: Config) -> Iterator[Finding]:
     yield from probe_findings(run.probe, ID)
     per_host, ranks_of = per_host_settings(run.headers, cfg.settings, cfg.prefixes)
     differences = differences_of(per_host)

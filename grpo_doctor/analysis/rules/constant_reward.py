@@ -27,9 +27,8 @@ import pandas as pd
 
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.grpo_metrics import column, finite, longest_run, step_series
-from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.analysis.rollout_tables import EVENT_LOG_SOURCE, duplicate_rates
-from grpo_doctor.analysis.views import View
+from grpo_doctor.analysis.views import RunView, View
 from grpo_doctor.checks.rollout_rules import (
     REWARD_STD_METRICS,
     reward_is_constant,
@@ -55,7 +54,7 @@ HINTS = (
 )
 
 
-def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
+def check(run: RunView, cfg: Config) -> Iterator[Finding]:
     series = step_series(run)
     if not run.rollouts.empty:  # a run that recorded rollouts but no step metrics
         series.setdefault(EVENT_LOG_SOURCE, pd.DataFrame())
@@ -88,7 +87,7 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
         )
 
 
-def _constant_steps(run: Evidence, source: str, steps: pd.DataFrame, cfg: Config):
+def _constant_steps(run: RunView, source: str, steps: pd.DataFrame, cfg: Config):
     for name in REWARD_STD_METRICS:
         values = column(steps, name)
         if values is not None:

@@ -17,9 +17,8 @@ from typing import Any
 
 from grpo_doctor.analysis import remedies
 from grpo_doctor.analysis.findings import Finding
-from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.analysis.oom_plan import plan_for_oom, plan_hint
-from grpo_doctor.analysis.views import View
+from grpo_doctor.analysis.views import RunView, View
 from grpo_doctor.logs.kinds import CUDA_OOM
 from grpo_doctor.logs.signatures import scan_text
 from grpo_doctor.schema.human_text import format_bytes
@@ -56,7 +55,7 @@ class Config:
     free_factor: float = 4.0  # free >= this x requested -> "not a capacity problem"
 
 
-def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
+def check(run: RunView, cfg: Config) -> Iterator[Finding]:
     seen: set[tuple] = set()
     for rank, source, fields, step, phase in _occurrences(run):
         key = (rank, fields.get("gpu"), fields.get("requested_bytes"), fields.get("free_bytes"))
@@ -84,7 +83,7 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
         )
 
 
-def _occurrences(run: Evidence) -> Iterator[tuple[int | None, str, dict[str, Any], int | None, str | None]]:
+def _occurrences(run: RunView) -> Iterator[tuple[int | None, str, dict[str, Any], int | None, str | None]]:
     for rank, log in sorted(run.rank_logs.items()):
         for err in log.errors:
             if "OutOfMemoryError" in err.exc_type or "out of memory" in err.message:

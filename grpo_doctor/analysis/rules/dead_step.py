@@ -27,8 +27,7 @@ import pandas as pd
 from grpo_doctor.analysis import remedies
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.grpo_metrics import column, finite, longest_run, step_series, zero_std_shares
-from grpo_doctor.analysis.load import Evidence
-from grpo_doctor.analysis.views import View
+from grpo_doctor.analysis.views import RunView, View
 from grpo_doctor.checks.rollout_rules import DeadStepConfig as Config  # watch's live rules read it too
 from grpo_doctor.checks.rollout_rules import all_groups_zero_std, no_gradient
 from grpo_doctor.checks.rollout_rules import no_advantage as no_advantage_at
@@ -46,7 +45,7 @@ HINTS = (
 )
 
 
-def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
+def check(run: RunView, cfg: Config) -> Iterator[Finding]:
     series, shares = step_series(run), zero_std_shares(run)
     for source in dict.fromkeys([*series, *shares]):  # a trainer may record rollouts and no Step metrics
         share = shares[source].share if source in shares else pd.Series(dtype=float)

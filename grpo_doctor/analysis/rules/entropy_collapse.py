@@ -16,9 +16,8 @@ from collections.abc import Iterator
 
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.grpo_metrics import column, step_series
-from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.analysis.remedies import CHECKED_AGAINST, SWIFT, TRL, VERL, default, flag, flags
-from grpo_doctor.analysis.views import View
+from grpo_doctor.analysis.views import RunView, View
 from grpo_doctor.checks.rollout_rules import EntropyCollapseConfig as Config  # watch's live rules read it too
 from grpo_doctor.checks.rollout_rules import entropy_collapsed
 
@@ -46,7 +45,7 @@ HINT_HACKING = ("Check for reward hacking: read the sample completions; one stri
 HINTS = (HINT_SLOW, HINT_ENTROPY, HINT_CLIP_HIGHER, HINT_HACKING)
 
 
-def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
+def check(run: RunView, cfg: Config) -> Iterator[Finding]:
     for source, steps in step_series(run).items():
         entropy = column(steps, "entropy")
         if entropy is None or len(entropy) < 2 * cfg.window_steps:

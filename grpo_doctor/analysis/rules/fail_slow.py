@@ -43,8 +43,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from grpo_doctor.analysis.findings import Finding
-from grpo_doctor.analysis.load import Evidence
-from grpo_doctor.analysis.views import View
+from grpo_doctor.analysis.views import RunView, View
 from grpo_doctor.checks.slow_links import LinkVerdict, describe_links, slow_link_hosts
 from grpo_doctor.checks.stack_rounds import STANDOUT, Episode, SlowVote, describe, episodes, vote
 
@@ -84,7 +83,7 @@ class Config:
     min_link_rounds: int = 3  # nor by its links' round trips with fewer rounds that sampled them
 
 
-def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
+def check(run: RunView, cfg: Config) -> Iterator[Finding]:
     said: dict[tuple, Finding] = {}
     for episode in episodes(run.slow_surveys):
         sampled = [(s.host, r.slot, r.links) for s in episode.surveys for r in s.rounds if r.links is not None]
@@ -108,7 +107,7 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
     yield from said.values()
 
 
-def _finding(run: Evidence, episode: Episode, result: SlowVote, links: LinkVerdict, ids: list[str],
+def _finding(run: RunView, episode: Episode, result: SlowVote, links: LinkVerdict, ids: list[str],
              judged: bool = True) -> Finding:
     evidence = {"scope": result.scope, "rounds": result.rounds, "interval_s": episode.interval_s,
                 "outside": {r: n for r, n in result.outside.items()}, "where": dict(result.where),
@@ -159,7 +158,7 @@ def _job_addrs(episode: Episode) -> set[str]:
     return out
 
 
-def _probe_slow_hosts(run: Evidence, hosts: tuple[str, ...]) -> list[str]:
+def _probe_slow_hosts(run: RunView, hosts: tuple[str, ...]) -> list[str]:
     """The hosts `grpo-doctor probe` found slow (its straggler problems), among `hosts`."""
     if run.probe is None:
         return []

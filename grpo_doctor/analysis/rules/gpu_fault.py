@@ -42,8 +42,7 @@ import pandas as pd
 
 from grpo_doctor.analysis.finding_facts import GpuFaultFacts
 from grpo_doctor.analysis.findings import Finding
-from grpo_doctor.analysis.load import Evidence
-from grpo_doctor.analysis.views import View
+from grpo_doctor.analysis.views import RunView, View
 from grpo_doctor.logs.gpu_faults import HARDWARE_CAUSES, XIDS, normalize_bus_id
 from grpo_doctor.logs.kinds import CHILD_FAILED, CUDA_FAULT, GPU_FAULT
 from grpo_doctor.schema.human_text import short_host
@@ -87,7 +86,7 @@ class Config:
     min_throttle_samples: int = 3  # and at least this many such samples
 
 
-def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
+def check(run: RunView, cfg: Config) -> Iterator[Finding]:
     gpus = _from_samples(run, cfg)
     _add_kernel_lines(run, gpus)
     _add_cuda_errors(run, gpus)
@@ -134,7 +133,7 @@ def _add_xid(gpu: dict[str, Any], xid: int, source: str) -> None:
 # --- watch's samples
 
 
-def _from_samples(run: Evidence, cfg: Config) -> dict[tuple, dict[str, Any]]:
+def _from_samples(run: RunView, cfg: Config) -> dict[tuple, dict[str, Any]]:
     gpus: dict[tuple, dict[str, Any]] = {}
     samples = run.samples
     if samples.empty or "index" not in samples or "kind" not in samples:
@@ -218,7 +217,7 @@ def _last(group: pd.DataFrame, column: str) -> Any:
 # --- the kernel log, and CUDA's own words
 
 
-def _add_kernel_lines(run: Evidence, gpus: dict[tuple, dict[str, Any]]) -> None:
+def _add_kernel_lines(run: RunView, gpus: dict[tuple, dict[str, Any]]) -> None:
     rows = [r for r in run.signature_rows if r["kind"] == GPU_FAULT]
     # "GPU has fallen off the bus" without its Xid line repeats an Xid 79 of the same GPU in the same log
     with_xid = {(r["source"], r["fields"].get("pci_bus_id")) for r in rows if r["fields"].get("wording") == "xid"
@@ -241,7 +240,7 @@ def _add_kernel_lines(run: Evidence, gpus: dict[tuple, dict[str, Any]]) -> None:
             gpu["logs"].append(row["source"])
 
 
-def _add_cuda_errors(run: Evidence, gpus: dict[tuple, dict[str, Any]]) -> None:
+def _add_cuda_errors(run: RunView, gpus: dict[tuple, dict[str, Any]]) -> None:
     found: list[tuple[int | None, str | None, str, str]] = []  # rank, host, error, log
     for row in run.signature_rows:
         if row["kind"] == CUDA_FAULT and row["fields"].get("error") in CUDA_HARDWARE_ERRORS:
@@ -268,11 +267,11 @@ def _add_cuda_errors(run: Evidence, gpus: dict[tuple, dict[str, Any]]) -> None:
 # --- which rank ran where
 
 
-def _header_ranks(run: Evidence) -> dict[int, tuple[str | None, int, str | None]]:
+def _header_ranks(run: RunView) -> dict[int, tuple[str | None, int, str | None]]:
     return {rank: (h.host, h.pid, h.gpu_uuid) for rank, h in run.headers.items()}
 
 
-def _ranks_of_pid(run: Evidence) -> dict[int, list[tuple[int, str | None]]]:
+def _ranks_of_pid(run: RunView) -> dict[int, list[tuple[int, str | None]]]:
     """pid -> [(rank, host)]: every header of every rank (restarts too) and torchrun's failed workers."""
     found: dict[int, list[tuple[int, str | None]]] = {}
     for rank, log in run.rank_logs.items():

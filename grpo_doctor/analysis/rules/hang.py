@@ -47,11 +47,10 @@ from grpo_doctor.analysis.finding_facts import HangFacts
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.hang_stacks import culprit_evidence, hang_captures, main_frames
 from grpo_doctor.analysis.launch_settings import differing_settings
-from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.analysis.parallel_layout import HINTS as LAYOUT_HINTS
 from grpo_doctor.analysis.parallel_layout import place
 from grpo_doctor.analysis.rank_progress import collective_failures, completed, rank_positions
-from grpo_doctor.analysis.views import View
+from grpo_doctor.analysis.views import RunView, View
 from grpo_doctor.checks.stack_groups import collective_call
 from grpo_doctor.schema.ranks import format_ranks
 from grpo_doctor.schema.watch_files import HangRank, HangReport, phase_words
@@ -110,7 +109,7 @@ HINTS = (*(kind_hint(CulpritKind(k), "N") for k in KIND_HINTS),
          HINT_STACKS, HINT_LAUNCH, HINT_FR, HINT_TIMEOUT, HINT_PROBE, HINT_NO_STACKS, *LAYOUT_HINTS)
 
 
-def hints_for(run: Evidence, kind: CulpritKind | None = None, rank: int | None = None, stack_shown: bool = False,
+def hints_for(run: RunView, kind: CulpritKind | None = None, rank: int | None = None, stack_shown: bool = False,
               flight_recorder_files: tuple[str, ...] | list[str] = ()) -> tuple[str, ...]:
     """The remedies that fit what the tool knows, most specific first:
     - the remedy for what the culprit's stack shows (a reward function, a data loader, a request to a
@@ -129,7 +128,7 @@ def hints_for(run: Evidence, kind: CulpritKind | None = None, rank: int | None =
     return (*((first,) if first else ()), *stacks, *launch, *fr, HINT_TIMEOUT, *probe)
 
 
-def _flight_recorder_can_help(run: Evidence, files) -> bool:
+def _flight_recorder_can_help(run: RunView, files) -> bool:
     headers = list(run.headers.values())
     if headers and all(h.gpu_uuid is None and "nccl" in (h.versions or {}) and not h.versions["nccl"]
                        for h in headers):
@@ -139,7 +138,7 @@ def _flight_recorder_can_help(run: Evidence, files) -> bool:
     return dumped or not ended_by_watch
 
 
-def _one_host(run: Evidence) -> bool:
+def _one_host(run: RunView) -> bool:
     """Every rank on one host, as far as the evidence tells (the headers' world and local world sizes,
     the hosts that wrote records, watches and hang reports)."""
     headers = list(run.headers.values())
@@ -164,14 +163,14 @@ class Config:
     end_slack_s: float = 2.0
 
 
-def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
+def check(run: RunView, cfg: Config) -> Iterator[Finding]:
     # watch's hang reports come first: they were made while the job hung, with stacks.
     yield from _from_watch(run)
     if not run.hangs:
         yield from _from_rank_records(run, cfg)
 
 
-def _from_watch(run: Evidence) -> Iterator[Finding]:
+def _from_watch(run: RunView) -> Iterator[Finding]:
     for report in run.hangs:
         ranks_info = report.ranks
         culprits = list(report.culprits)
@@ -278,7 +277,7 @@ def _culprit_kinds(captures: list, ranks: list[int], ranks_info: dict[int, HangR
             for r in ranks if r in by_rank and main_frames(by_rank[r])}
 
 
-def _watch_hints(run: Evidence, kinds: dict[int, CulpritKind], shown: dict, fr_files,
+def _watch_hints(run: RunView, kinds: dict[int, CulpritKind], shown: dict, fr_files,
                  domain_hints: tuple[str, ...] = ()) -> tuple[str, ...]:
     """The first named rank whose stack tells what it waits on leads the remedies; where the culprits
     are (a machine, a group's links, a code path) comes next, or first where the stack tells nothing."""
@@ -299,7 +298,7 @@ def _ray_workers_title(host: str | None, actors: tuple[dict, ...]) -> str:
             f"{lead.get('where') or 'no stack'} (no rank known: `watch --instrument` names the ranks)")
 
 
-def _odd_collective_ranks(run: Evidence, captures: list, ranks_info: dict[int, HangRank]) -> list[int]:
+def _odd_collective_ranks(run: RunView, captures: list, ranks_info: dict[int, HangRank]) -> list[int]:
     """Ranks that all wait in collectives, called from different places: the side that called the extra one."""
     calls = {c.rank: call for c in captures if (call := collective_call(main_frames(c))) is not None}
     if len(calls) < 2 or len(calls) < len(captures):
@@ -318,7 +317,7 @@ def _code_clause(code: dict[int, dict]) -> str:
     return f"; rank {rank} is {kind}: {info['where']}"
 
 
-def _from_rank_records(run: Evidence, cfg: Config) -> Iterator[Finding]:
+def _from_rank_records(run: RunView, cfg: Config) -> Iterator[Finding]:
     """A rank open in a phase for the whole time another rank waited in a collective until it timed out;
     or, where nobody timed out, a job stopped from outside after every rank stood still."""
     positions = rank_positions(run)
@@ -356,7 +355,7 @@ def _from_rank_records(run: Evidence, cfg: Config) -> Iterator[Finding]:
                               "waiting_errors": {r: f.message[:300] for r, f in sorted(timeouts.items())}})
 
 
-def _stopped_while_hung(run: Evidence, cfg: Config, positions: dict) -> Iterator[Finding]:
+def _stopped_while_hung(run: RunView, cfg: Config, positions: dict) -> Iterator[Finding]:
     """No rank raised: the job was stopped from outside (a scheduler's time limit, Ctrl-C) after every rank
     had gone `min_idle_s` without progress. The ranks still in a phase that every other rank completed in
     that step are the ones the others waited for."""
@@ -382,7 +381,7 @@ def _stopped_while_hung(run: Evidence, cfg: Config, positions: dict) -> Iterator
                              {"timeout_ms": None, "waiting_calls": {}, "waiting_errors": {}})
 
 
-def _event_log_finding(run: Evidence, positions: dict, culprits: list[int], waiting: list[int],
+def _event_log_finding(run: RunView, positions: dict, culprits: list[int], waiting: list[int],
                        idle_s: dict[int, float], what_others_did: str, extra: dict) -> Finding:
     lead = positions[culprits[0]]
     hosts = sorted({h for r in culprits if (h := positions[r].host)})

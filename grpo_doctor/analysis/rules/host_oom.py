@@ -27,8 +27,7 @@ from typing import Any
 
 from grpo_doctor.analysis import remedies
 from grpo_doctor.analysis.findings import Finding
-from grpo_doctor.analysis.load import Evidence
-from grpo_doctor.analysis.views import View
+from grpo_doctor.analysis.views import RunView, View
 from grpo_doctor.logs.kinds import CHILD_FAILED, HOST_OOM, PYTHON_TRACEBACK
 from grpo_doctor.schema.human_text import format_bytes, short_host
 
@@ -66,7 +65,7 @@ class Config:
     pass  # every kill is a finding: the killed process is gone
 
 
-def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
+def check(run: RunView, cfg: Config) -> Iterator[Finding]:
     ranks_of_pid = _ranks_of_pid(run)
     seen: set[tuple] = set()
     for row in run.signature_rows:
@@ -97,7 +96,7 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
     yield from _memory_errors(run)
 
 
-def _memory_errors(run: Evidence) -> Iterator[Finding]:
+def _memory_errors(run: RunView) -> Iterator[Finding]:
     """A Python MemoryError: the process asked for host memory and was refused (an address-space limit,
     a cgroup without swap, strict overcommit). From a rank's error record, else a traceback in a log."""
     found: dict[int | None, dict[str, Any]] = {}
@@ -167,7 +166,7 @@ def _hints(f: dict[str, Any]) -> tuple[str, ...]:
     return first + (HINT_OFFLOAD, HINT_WORKERS, HINT_VLLM_HOST)
 
 
-def _ranks_of_pid(run: Evidence) -> dict[int, list[tuple[int, str | None]]]:
+def _ranks_of_pid(run: RunView) -> dict[int, list[tuple[int, str | None]]]:
     """pid -> [(rank, host)] from rank headers (every attempt) and torchrun's reports of workers
     killed by SIGKILL (what the OOM killer sends)."""
     found: dict[int, list[tuple[int, str | None]]] = {}

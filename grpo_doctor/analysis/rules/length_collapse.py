@@ -21,9 +21,8 @@ import pandas as pd
 from grpo_doctor.analysis import remedies
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.grpo_metrics import column, finite, longest_run, step_series
-from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.analysis.rollout_tables import EVENT_LOG_SOURCE
-from grpo_doctor.analysis.views import View
+from grpo_doctor.analysis.views import RunView, View
 from grpo_doctor.checks.rollout_rules import LengthCollapseConfig as Config  # watch's live rules read it too
 from grpo_doctor.checks.rollout_rules import empty, truncated
 
@@ -47,7 +46,7 @@ HINT_EMPTY = ("Completions shrank to nothing: check the reward does not pay for 
 HINTS = (HINT_TRUNCATED, HINT_OVERLONG, HINT_EMPTY)
 
 
-def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
+def check(run: RunView, cfg: Config) -> Iterator[Finding]:
     series = step_series(run)
     if not run.rollouts.empty:
         series.setdefault(EVENT_LOG_SOURCE, pd.DataFrame())
@@ -73,7 +72,7 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
             )
 
 
-def _series(run: Evidence, source: str, steps: pd.DataFrame) -> tuple[pd.Series | None, pd.Series | None]:
+def _series(run: RunView, source: str, steps: pd.DataFrame) -> tuple[pd.Series | None, pd.Series | None]:
     clipped, length = column(steps, "clipped_frac"), column(steps, "completion_length_mean")
     if source == EVENT_LOG_SOURCE:
         clipped = clipped if clipped is not None else _pooled(run.rollouts, "truncated_frac")
@@ -91,7 +90,7 @@ def _pooled(rollouts: pd.DataFrame, name: str) -> pd.Series | None:
     return (weighted / weights.groupby(known["step"]).sum()).sort_index()
 
 
-def _max_length(run: Evidence, source: str, steps: pd.DataFrame) -> int | None:
+def _max_length(run: RunView, source: str, steps: pd.DataFrame) -> int | None:
     if source == EVENT_LOG_SOURCE and "max_length" in run.rollouts and run.rollouts["max_length"].notna().any():
         return int(run.rollouts["max_length"].max())
     longest = column(steps, "completion_length_max")

@@ -50,8 +50,7 @@ import pandas as pd
 from grpo_doctor.analysis import remedies
 from grpo_doctor.analysis.finding_facts import GrowthFacts
 from grpo_doctor.analysis.findings import Finding
-from grpo_doctor.analysis.load import Evidence
-from grpo_doctor.analysis.views import View
+from grpo_doctor.analysis.views import RunView, View
 from grpo_doctor.checks.memory_trend import (
     CAPACITY_NAMES,
     WHERE,
@@ -97,7 +96,7 @@ HINT_RETRIES = ("The CUDA allocator retries step after step (num_alloc_retries: 
 HINTS = (HINT_CACHED, HINT_ENGINE, HINT_LEAK, HINT_HOST, HINT_RETRIES, remedies.VLLM_SHARE, remedies.SLEEP_AND_OFFLOAD)
 
 
-def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
+def check(run: RunView, cfg: Config) -> Iterator[Finding]:
     steps, hosts = _per_step(run)
     gpu_hosts = {hosts[r] for r, frame in steps.items() if frame["card_used"].notna().any()}
     host_hosts = {hosts[r] for r, frame in steps.items() if frame["host_rss_bytes"].notna().any()}
@@ -113,7 +112,7 @@ _NUMBERS = ("t", "host_rss_bytes", "host_vms_bytes", "allocated_bytes", "reserve
             "num_alloc_retries", "device")
 
 
-def _per_step(run: Evidence) -> tuple[dict[int, pd.DataFrame], dict[int, str | None]]:
+def _per_step(run: RunView) -> tuple[dict[int, pd.DataFrame], dict[int, str | None]]:
     """rank -> one row per step: the largest of each figure among the step's snapshots (its peak); and
     rank -> its host."""
     memory = run.memory
@@ -205,7 +204,7 @@ def _climbing_retries(frame: pd.DataFrame, cfg: Config) -> dict[str, Any] | None
             "alloc_retry_window_steps": int(counts.size)}
 
 
-def _host_from_records(run: Evidence, steps: dict[int, pd.DataFrame], hosts: dict[int, str | None],
+def _host_from_records(run: RunView, steps: dict[int, pd.DataFrame], hosts: dict[int, str | None],
                        cfg: Config) -> Iterator[Finding]:
     """Per host: its ranks' RSS together against RAM / the cgroup limit, each rank's virtual size against its
     RLIMIT_AS; the capacity met first is reported."""
@@ -281,7 +280,7 @@ def _host_finding(host: str | None, candidate: tuple, cfg: Config) -> Finding:
 # --- watch's samples (uninstrumented jobs)
 
 
-def _from_samples(run: Evidence, gpu_hosts: set[str | None], host_hosts: set[str | None],
+def _from_samples(run: RunView, gpu_hosts: set[str | None], host_hosts: set[str | None],
                   cfg: Config) -> Iterator[Finding]:
     samples = run.samples
     if samples.empty or "kind" not in samples or "host" not in samples:
@@ -361,7 +360,7 @@ def _process_slopes(group: pd.DataFrame, per: pd.DataFrame, trend: TrendConfig, 
     return slopes
 
 
-def _host_from_samples(run: Evidence, host: str, group: pd.DataFrame, cfg: Config) -> Iterator[Finding]:
+def _host_from_samples(run: RunView, host: str, group: pd.DataFrame, cfg: Config) -> Iterator[Finding]:
     trend = cfg.trend()
     group = group.assign(rss=pd.to_numeric(group["rss_bytes"], errors="coerce"), bin=_intervals(group["t"], cfg))
     table = group.groupby(["bin", "rank"])["rss"].max().unstack().dropna()

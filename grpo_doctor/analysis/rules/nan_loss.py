@@ -25,9 +25,8 @@ import pandas as pd
 
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.grpo_metrics import finite, rank_metrics
-from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.analysis.rollout_tables import EVENT_LOG_SOURCE
-from grpo_doctor.analysis.views import View
+from grpo_doctor.analysis.views import RunView, View
 from grpo_doctor.checks.rollout_rules import NanLossConfig as Config  # watch's live rules read it too
 from grpo_doctor.schema import Step
 from grpo_doctor.schema.ranks import format_ranks
@@ -46,7 +45,7 @@ HINTS = (
 )
 
 
-def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
+def check(run: RunView, cfg: Config) -> Iterator[Finding]:
     by_source: dict[str, list[tuple[int, int | None, str, float]]] = defaultdict(list)
     for rank, log in sorted(run.rank_logs.items()):
         for rec in log.records:

@@ -33,9 +33,8 @@ from typing import Any
 
 from grpo_doctor.analysis.finding_facts import NcclErrorFacts
 from grpo_doctor.analysis.findings import Finding
-from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.analysis.probe_evidence import probe_findings
-from grpo_doctor.analysis.views import View
+from grpo_doctor.analysis.views import RunView, View
 from grpo_doctor.logs.kinds import (
     CHILD_FAILED,
     NCCL_ERROR,
@@ -122,7 +121,7 @@ class Config:
     title_chars: int = 120  # how much of NCCL's message goes into a title
 
 
-def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
+def check(run: RunView, cfg: Config) -> Iterator[Finding]:
     yield from probe_findings(run.probe, ID)
     rank_of_pid = _rank_of_pid(run)
     groups: dict[str, list[dict[str, Any]]] = {}
@@ -233,7 +232,7 @@ def _texts(fields: list[dict[str, Any]]) -> Iterator[Any]:
         yield from (f.get(k) for k in ("detail", "last_error", "message") if f.get(k))
 
 
-def _rank_of_pid(run: Evidence) -> dict[tuple[str | None, int], int]:
+def _rank_of_pid(run: RunView) -> dict[tuple[str | None, int], int]:
     """(short host name, pid) -> rank from rank headers (every attempt) and torchrun's failure
     reports: NCCL's WARN header names the process and its host, not the rank."""
     found: dict[tuple[str | None, int], int] = {}

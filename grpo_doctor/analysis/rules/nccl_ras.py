@@ -28,8 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from grpo_doctor.analysis.findings import Finding
-from grpo_doctor.analysis.load import Evidence
-from grpo_doctor.analysis.views import View
+from grpo_doctor.analysis.views import RunView, View
 from grpo_doctor.logs.kinds import NCCL_RAS
 from grpo_doctor.logs.nccl_ras import RasCommunicator, RasRank, RasReport, parse
 
@@ -57,7 +56,7 @@ class Config:
     title_listed: int = 3  # ranks / processes named in the title
 
 
-def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
+def check(run: RunView, cfg: Config) -> Iterator[Finding]:
     rows = [row for row in run.signature_rows if row["kind"] == NCCL_RAS and isinstance(row.get("fields"), dict)]
     reports = [RasReport.from_dict(row["fields"]) for row in rows] + _asked_by_watch(run)
     if not reports:
@@ -125,7 +124,7 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
                   ranks=ranks, hosts=hosts, evidence=evidence, hints=hints)
 
 
-def _asked_by_watch(run: Evidence) -> list[RasReport]:
+def _asked_by_watch(run: RunView) -> list[RasReport]:
     """The reports watch got from NCCL's RAS while it investigated a hang (hang-N.json's `nccl_ras`)."""
     out = []
     for hang in run.hangs:
@@ -177,7 +176,7 @@ def _global_rank(comm: RasCommunicator, rank: RasRank, report: RasReport, world:
     return None
 
 
-def _ranks_by_pid(run: Evidence) -> dict[int, int]:
+def _ranks_by_pid(run: RunView) -> dict[int, int]:
     """pid -> global rank, for pids exactly one rank header has (pids repeat across hosts)."""
     seen: dict[int, list[int]] = {}
     for rank, header in run.headers.items():

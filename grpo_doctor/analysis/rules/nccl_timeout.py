@@ -28,8 +28,7 @@ from dataclasses import dataclass
 from grpo_doctor.analysis import remedies
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.launch_settings import differing_settings
-from grpo_doctor.analysis.load import Evidence
-from grpo_doctor.analysis.views import View
+from grpo_doctor.analysis.views import RunView, View
 from grpo_doctor.logs.kinds import NCCL_TIMEOUT, NCCL_WATCHDOG_STATUS, NCCL_WATCHDOG_STUCK
 from grpo_doctor.schema.ranks import format_ranks
 
@@ -63,7 +62,7 @@ class Config:
     pass  # every watchdog timeout is a finding
 
 
-def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
+def check(run: RunView, cfg: Config) -> Iterator[Finding]:
     by_pg: dict[tuple, dict[int | None, dict]] = {}  # (pg id, pg description) -> rank -> its timeout report
     status: dict[int | None, dict] = {}  # rank -> its watchdog status line
     stuck: dict[int | None, dict] = {}  # rank -> its heartbeat monitor's line
@@ -129,7 +128,7 @@ def _pg_key(fields: dict) -> tuple[int | None, str | None]:
     return fields.get("pg"), fields.get("pg_desc")
 
 
-def _stuck_finding(run: Evidence, stuck: dict[int | None, dict]) -> Finding:
+def _stuck_finding(run: RunView, stuck: dict[int | None, dict]) -> Finding:
     """Only the heartbeat monitor spoke: the watchdog thread itself was blocked (in a CUDA / NCCL
     call, or behind the GIL) and the process is aborted after trying to dump its debug info."""
     ranks = sorted(r for r in stuck if r is not None)

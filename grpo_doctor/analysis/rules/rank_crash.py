@@ -33,11 +33,10 @@ from typing import Any
 
 from grpo_doctor.analysis.finding_facts import CrashFacts
 from grpo_doctor.analysis.findings import Finding
-from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.analysis.log_crashes import crashes_from_logs
 from grpo_doctor.analysis.parallel_layout import HINTS as LAYOUT_HINTS
 from grpo_doctor.analysis.parallel_layout import Placement, place
-from grpo_doctor.analysis.views import View
+from grpo_doctor.analysis.views import RunView, View
 from grpo_doctor.schema import End
 from grpo_doctor.schema.ranks import format_ranks
 
@@ -84,7 +83,7 @@ class Config:
     message_chars: int = 500  # how much of an exception message goes into the evidence
 
 
-def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
+def check(run: RunView, cfg: Config) -> Iterator[Finding]:
     crashes: dict[int, dict[str, Any]] = {}  # rank -> what is known of its end
     for rank, log in sorted(run.rank_logs.items()):
         end, errors = log.end, log.errors
@@ -277,7 +276,7 @@ def _stopped_without_end(info: dict[str, Any]) -> bool:
     return info.get("exc_type") is None and info.get("message") == NO_END_MESSAGE
 
 
-def _run_is_over(run: Evidence) -> bool:
+def _run_is_over(run: RunView) -> bool:
     """A rank without an end record is only suspicious once the job is over: watch says so, or
     another rank ended."""
     return bool(run.summaries) or any(log.end is not None for log in run.rank_logs.values())

@@ -24,9 +24,8 @@ from typing import Any
 
 from grpo_doctor.analysis import remedies
 from grpo_doctor.analysis.findings import Finding
-from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.analysis.probe_evidence import probe_findings
-from grpo_doctor.analysis.views import View
+from grpo_doctor.analysis.views import RunView, View
 from grpo_doctor.logs.kinds import RENDEZVOUS_FAILURE
 from grpo_doctor.schema.ranks import format_ranks
 
@@ -64,7 +63,7 @@ class Config:
     pass  # every failed rendezvous is a finding: the job cannot start without one
 
 
-def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
+def check(run: RunView, cfg: Config) -> Iterator[Finding]:
     yield from probe_findings(run.probe, ID)
     groups: dict[tuple, list[dict[str, Any]]] = {}
     last_key: dict[tuple[str, str], tuple] = {}  # (source, cause) -> the group its last report named

@@ -47,9 +47,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from grpo_doctor.analysis.findings import Finding
-from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.analysis.rollout_tables import cross_rank_overlaps, fingerprinted_ranks, rng_collisions
-from grpo_doctor.analysis.views import View
+from grpo_doctor.analysis.views import RunView, View
 from grpo_doctor.schema.ranks import format_ranks
 
 ID = "seed-collision"
@@ -93,7 +92,7 @@ class _Pairs:
     num_steps_compared: int = 0
 
 
-def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
+def check(run: RunView, cfg: Config) -> Iterator[Finding]:
     tp_group = _tp_groups(run)
     pairs = _compare_pairs(run, cfg, tp_group)
     rng = rng_collisions(run.rng)
@@ -159,7 +158,7 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
     )
 
 
-def _compare_pairs(run: Evidence, cfg: Config, tp_group: dict[int, int]) -> _Pairs:
+def _compare_pairs(run: RunView, cfg: Config, tp_group: dict[int, int]) -> _Pairs:
     overlaps = cross_rank_overlaps(run.rollout_records)
     counts: dict[tuple[int, int], list[int]] = defaultdict(lambda: [0, 0, 0])  # collided, unanimous, compared
     out = _Pairs(hits=defaultdict(list), num_steps_compared=len(overlaps))
@@ -228,17 +227,17 @@ def _components(groups: Iterable[Iterable[int]]) -> list[list[int]]:
     return sorted(sorted(m) for m in merged)
 
 
-def _tp_groups(run: Evidence) -> dict[int, int]:
+def _tp_groups(run: RunView) -> dict[int, int]:
     rows = run.rng.dropna(subset=["tp_group"]).drop_duplicates("rank", keep="last")
     return {int(r): int(g) for r, g in zip(rows["rank"], rows["tp_group"], strict=True)}
 
 
-def _hosts(run: Evidence) -> dict[int, str]:
+def _hosts(run: RunView) -> dict[int, str]:
     hosts = {int(r): h for r, h in zip(run.rng["rank"], run.rng["host"], strict=True)}
     hosts.update({r.rank: r.host for r in run.rollout_records})
     return hosts
 
 
-def _temperature(run: Evidence) -> float | None:
+def _temperature(run: RunView) -> float | None:
     values = sorted(r.temperature for r in run.rollout_records if r.temperature is not None)
     return values[len(values) // 2] if values else None

@@ -40,8 +40,7 @@ from collections.abc import Iterator
 from grpo_doctor.analysis import remedies
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.grpo_metrics import column, step_series
-from grpo_doctor.analysis.load import Evidence
-from grpo_doctor.analysis.views import View
+from grpo_doctor.analysis.views import RunView, View
 from grpo_doctor.checks.rollout_rules import DRIFT_METRICS, drifted
 from grpo_doctor.checks.rollout_rules import StaleRolloutWeightsConfig as Config  # watch reads it too
 from grpo_doctor.schema import WeightSync
@@ -78,7 +77,7 @@ HINT_SERVER = ("A vLLM server's weights live in another process and are not comp
 HINTS = (HINT_SYNC, HINT_PREFIX_CACHE, HINT_LORA, HINT_OFF_POLICY, HINT_FINGERPRINT, HINT_UNPAIRED, HINT_SERVER)
 
 
-def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
+def check(run: RunView, cfg: Config) -> Iterator[Finding]:
     yield from _fingerprints(run)
     for source, steps in step_series(run).items():
         for metric in DRIFT_METRICS:
@@ -103,7 +102,7 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
             break  # the first metric this source logs is the one judged
 
 
-def _fingerprints(run: Evidence) -> Iterator[Finding]:
+def _fingerprints(run: RunView) -> Iterator[Finding]:
     """The weight-sync records' half of the rule (see the module doc)."""
     records = [(rank, r) for rank, log in sorted(run.rank_logs.items())
                for r in log.of_kind(WeightSync)]

@@ -43,10 +43,9 @@ import numpy as np
 from grpo_doctor.analysis import remedies
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.launch_settings import differing_settings
-from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.analysis.parallel_layout import HINT_GROUP_LINKS, place
 from grpo_doctor.analysis.probe_evidence import probe_findings
-from grpo_doctor.analysis.views import View
+from grpo_doctor.analysis.views import RunView, View
 from grpo_doctor.schema.ranks import format_ranks
 
 ID = "straggler"
@@ -89,7 +88,7 @@ class Config:
     min_ranks: int = 2
 
 
-def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
+def check(run: RunView, cfg: Config) -> Iterator[Finding]:
     yield from probe_findings(run.probe, ID)
     done = run.phases.dropna(subset=["duration_s"])
     if done.empty:
@@ -233,7 +232,7 @@ def _slower(ratio: float | None, count: int, total: int, phase: str) -> str:
     return f"{how} in {phase}" if count == total else f"slower ({count} of them {how} in {phase})"
 
 
-def _hosts_finding(run: Evidence, whole: list[str], slow: dict[int, dict], ranks_of_host: dict[str, set[int]],
+def _hosts_finding(run: RunView, whole: list[str], slow: dict[int, dict], ranks_of_host: dict[str, set[int]],
                    nodes_hint: tuple[str, ...]) -> Finding:
     ranks = sorted(r for h in whole for r in ranks_of_host[h])
     worst, phases, ratio = _combined(slow, ranks)
@@ -292,7 +291,7 @@ def _scattered_finding(rest: dict[int, dict], host_of: dict[int, str], nodes_hin
                    hints=nodes_hint + (HINT_SCATTERED, HINT_PHASES))
 
 
-def _probe_links(run: Evidence, hosts: list[str]) -> list[str]:
+def _probe_links(run: RunView, hosts: list[str]) -> list[str]:
     """The messages of `grpo-doctor probe`'s slow-network problems that name two or more of `hosts`."""
     if run.probe is None:
         return []

@@ -13,9 +13,8 @@ from dataclasses import dataclass
 
 from grpo_doctor.analysis import remedies
 from grpo_doctor.analysis.findings import Finding
-from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.analysis.probe_evidence import probe_findings
-from grpo_doctor.analysis.views import View
+from grpo_doctor.analysis.views import RunView, View
 
 ID = "version-mismatch"
 READS = {View.PROBE_RESULTS, View.RANKS}
@@ -35,7 +34,7 @@ class Config:
     ignore: tuple[str, ...] = ()  # libraries whose differences do not matter to you
 
 
-def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
+def check(run: RunView, cfg: Config) -> Iterator[Finding]:
     yield from probe_findings(run.probe, ID)
     per_host: dict[str, dict[str, str | None]] = {}
     for header in run.headers.values():

@@ -23,9 +23,8 @@ from typing import Any
 
 from grpo_doctor.analysis import remedies
 from grpo_doctor.analysis.findings import Finding
-from grpo_doctor.analysis.load import Evidence
 from grpo_doctor.analysis.remedies import SWIFT, SWIFT_ROLLOUT, TRL, TRL_SERVE, VERL
-from grpo_doctor.analysis.views import View
+from grpo_doctor.analysis.views import RunView, View
 from grpo_doctor.logs.kinds import VLLM_MEMORY
 
 ID = "vllm-memory"
@@ -86,7 +85,7 @@ class _Engine:
     failed: bool = False
 
 
-def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
+def check(run: RunView, cfg: Config) -> Iterator[Finding]:
     for engine in _engines(run, cfg):
         ev = _evidence(engine)
         if engine.no_cache_memory:
@@ -99,7 +98,7 @@ def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
             yield _finding(run, engine, "warning", title, hints, ev)
 
 
-def _engines(run: Evidence, cfg: Config) -> list[_Engine]:
+def _engines(run: RunView, cfg: Config) -> list[_Engine]:
     engines: list[_Engine] = []
     current: dict[tuple, _Engine] = {}  # (source, rank) -> the engine start its lines are adding to
     for row in sorted((r for r in run.signature_rows if r["kind"] == VLLM_MEMORY),
@@ -161,7 +160,7 @@ def _no_cache_hints(ev: dict[str, Any], cfg: Config) -> tuple[str, ...]:
     return (*raise_util, HINT_MAX_LEN, HINT_TP, HINT_RESERVE)
 
 
-def _finding(run: Evidence, engine: _Engine, severity: str, title: str, hints: tuple[str, ...],
+def _finding(run: RunView, engine: _Engine, severity: str, title: str, hints: tuple[str, ...],
              ev: dict[str, Any]) -> Finding:
     host = engine.host or run.host_of(engine.rank)
     if engine.rank is not None:

@@ -21,8 +21,7 @@ import pandas as pd
 
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.grpo_metrics import beta_of, column, finite, longest_run, step_series
-from grpo_doctor.analysis.load import Evidence
-from grpo_doctor.analysis.views import View
+from grpo_doctor.analysis.views import RunView, View
 from grpo_doctor.checks.rollout_rules import ZeroKlConfig as Config  # watch's live rules read it too
 from grpo_doctor.checks.rollout_rules import groups_disagree, kl_is_zero, policy_moving
 
@@ -41,7 +40,7 @@ HINTS = (
 )
 
 
-def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
+def check(run: RunView, cfg: Config) -> Iterator[Finding]:
     for source, steps in step_series(run).items():
         kl = column(steps, "kl")
         beta = beta_of(run, source)

@@ -24,8 +24,7 @@ from collections.abc import Iterator
 from grpo_doctor.analysis import remedies
 from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.grpo_metrics import BATCH_FLAG, zero_std_shares
-from grpo_doctor.analysis.load import Evidence
-from grpo_doctor.analysis.views import View
+from grpo_doctor.analysis.views import RunView, View
 from grpo_doctor.checks.rollout_rules import ZeroStdGroupsConfig as Config  # watch's live rules read it too
 from grpo_doctor.checks.rollout_rules import zero_std_window_fires
 
@@ -42,7 +41,7 @@ HINTS = (
 )
 
 
-def check(run: Evidence, cfg: Config) -> Iterator[Finding]:
+def check(run: RunView, cfg: Config) -> Iterator[Finding]:
     for source, zero_std in zero_std_shares(run).items():
         share = zero_std.share
         if len(share) < cfg.window_steps:
