@@ -36,7 +36,8 @@ from grpo_doctor.checks.hang_merge import merge_hang_reports
 from grpo_doctor.checks.layout import Membership, Place, build_layout, fault_domain
 from grpo_doctor.checks.stack_groups import culprit_ranks, group_stacks
 from grpo_doctor.logs.pyspy import parse_pyspy_text
-from grpo_doctor.schema import Header, ParallelGroup, RunPaths, record_from_dict
+from grpo_doctor.runlog.decoder import record_from_dict
+from grpo_doctor.schema import Header, ParallelGroup, RunPaths
 from grpo_doctor.schema.stacks import StackCapture
 from grpo_doctor.schema.watch_files import HangRank, HangReport
 

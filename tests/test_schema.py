@@ -2,6 +2,7 @@ import json
 
 import pytest
 
+from grpo_doctor.runlog.decoder import record_from_dict
 from grpo_doctor.schema import (
     SCHEMA_VERSION,
     BadRecord,
@@ -16,7 +17,6 @@ from grpo_doctor.schema import (
     Rollout,
     Step,
     UnknownRecord,
-    record_from_dict,
 )
 
 COMMON = dict(rank=3, host="node-1", pid=42, step=7, t=1700000000.5, mono=12.25)

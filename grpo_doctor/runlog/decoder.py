@@ -8,14 +8,14 @@ then kept as a typed record or put into column batches. Three modes over that on
 
 A line is judged by `judged_line`: decoded exactly (orjson where it gives json's value, json for
 what orjson reads otherwise: NaN, lone surrogates, integers beyond 64 bits), its kind looked up, its
-keys taken as the sink writes them (or, reordered, extra or missing, normalised as `record_from_dict`
-does), its step, t and mono checked, then every declared field's type and the rank's range
+keys taken as the sink writes them (or, reordered, extra or missing, normalised), its step, t and mono checked, then every declared field's type and the rank's range
 (field_checks.wrong_value). What fails is one bad line, counted, its reason kept; nothing is read twice.
 
 Typical use:
     log = read_rank_file(Path("runs/job-17/ranks/rank-00003.jsonl"))
     log.tables.phases["duration_s"], log.open_path, log.last_step   # no phase records in log.records
     tail = RankFileTail(path); tail.read_records()                    # new complete records
+    record_from_dict(json.loads(line))                                # one already-decoded line
 """
 from __future__ import annotations
 
@@ -143,6 +143,13 @@ def built(cls: type[Record] | None, data: dict[str, Any]) -> Record | UnknownRec
     the keyword call (a third of the cost; not `__dict__.update`, which keeps each line's own key
     strings and doubles a record's memory)."""
     return UnknownRecord(kind=data["kind"], data=data) if cls is None else _typed(cls, data)
+
+
+def record_from_dict(data: Any) -> Record | UnknownRecord:
+    """The record of one line's dict as json decoded it, judged as every line of a rank file is (a
+    reordered, older or newer line normalised; a wrong-typed field a BadRecord): for tools and tests
+    that hold a dict, never a second way to read one."""
+    return built(*_judged(data))
 
 
 def _typed(cls: type[Record], data: dict[str, Any]) -> Record:

@@ -102,12 +102,6 @@ class RankLog:
         return first.host if first is not None else None
 
     @property
-    def current_attempt(self) -> list[Record | UnknownRecord]:
-        """Records since the last header: a rank restarted by torchrun starts a new attempt."""
-        positions = self._indexed().header_positions
-        return self.records[positions[-1]:] if positions else self.records
-
-    @property
     def end(self) -> End | None:
         """How the latest attempt ended; None while it runs, or when it was killed outright."""
         ends = self._indexed().attempt_ends

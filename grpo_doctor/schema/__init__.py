@@ -16,7 +16,7 @@ one part and read back by another, and where in a run directory it lives.
   no device or FIFO read or replaced, reads capped by reading, failures as one-line DoctorErrors
 
 Typical use:
-    from grpo_doctor.schema import PhaseBegin, RunPaths, record_from_dict
+    from grpo_doctor.schema import PhaseBegin, RunPaths   # records are read back by runlog/decoder.py
 """
 from grpo_doctor.schema.records import (  # noqa: F401  (the record types are the schema's face)
     DEFAULT_RUNS_ROOT,
@@ -45,7 +45,6 @@ from grpo_doctor.schema.records import (  # noqa: F401  (the record types are th
     encode_values,
     field_order,
     omitted_when_none,
-    record_from_dict,
     restore_non_finite,
     wire_order,
 )

@@ -8,15 +8,15 @@ Typical use:
     rec = PhaseBegin(rank=0, host="node-1", pid=42, step=3, t=time.time(), mono=time.monotonic(),
                      phase="rollout", path="rollout")
     line = json.dumps(rec.to_dict())
-    assert record_from_dict(json.loads(line)) == rec
+    assert decoder.record_from_dict(json.loads(line)) == rec   # grpo_doctor.runlog.decoder: the one reader
 
 Compatibility: a reader accepts records of any schema version up to its own; fields it does not
 know are dropped, kinds it does not know become `UnknownRecord`.
 
 Non-finite numbers: lines are strict JSON (`jq` reads them), so the sink writes a NaN or infinite
 float as the string "NaN", "Infinity" or "-Infinity". Where a number belongs (a step's metric
-values, a rollout's statistics and sample rewards) `restore_non_finite` (the decoder's way) and
-`record_from_dict` turn those strings back into floats; bare NaN / Infinity tokens, as earlier versions wrote them, are read as ever.
+values, a rollout's statistics and sample rewards) the decoder's `restore_non_finite` turns those
+strings back into floats; bare NaN / Infinity tokens, as earlier versions wrote them, are read as ever.
 """
 from __future__ import annotations
 
@@ -79,11 +79,6 @@ class Record:
 
     def to_dict(self) -> dict[str, Any]:
         return encode_values(type(self), [getattr(self, name) for name in field_order(type(self))])
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Record:
-        known = _field_names(cls)
-        return cls(**{k: v for k, v in data.items() if k in known})
 
 
 @dataclass(frozen=True)
@@ -372,34 +367,6 @@ class BadRecord(ValueError):
     """A JSON object that is not a record this version can read."""
 
 
-def record_from_dict(data: Any) -> Record | UnknownRecord:
-    if not isinstance(data, dict) or not isinstance(data.get("kind"), str):
-        raise BadRecord("not a record: no 'kind'")
-    cls = RECORD_TYPES.get(data["kind"])
-    if cls is None:
-        return UnknownRecord(kind=data["kind"], data=data)
-    if cls is Step or cls is Rollout:
-        data = restore_non_finite(cls, data)
-    wire_names, order = _WIRE_FORMATS.get(cls) or _wire_format(cls)
-    if data.keys() == wire_names:
-        check_when(data)
-        # Every field and nothing else, as this version writes them. What the frozen __init__ does
-        # (object.__setattr__ field by field), without from_dict's filtering and the keyword call:
-        # a third of the cost, and a report reads millions of records. Not `__dict__.update`: that
-        # keeps each line's own key strings and doubles the memory of a record.
-        record = object.__new__(cls)
-        for name in order:
-            _set_field(record, name, data[name])
-        for name in omitted_when_none(cls):
-            _set_field(record, name, None)
-        return record
-    missing = _required_names(cls) - data.keys()
-    if missing:
-        raise BadRecord(f"{data['kind']} record lacks {sorted(missing)}")
-    check_when(data)
-    return cls.from_dict(data)
-
-
 NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}  # as the sink writes them
 
 
@@ -435,26 +402,3 @@ _REAL = (int, float)
 
 
 _ROLLOUT_FLOATS = tuple(f.name for f in dataclasses.fields(Rollout) if f.type == "float | None")
-_set_field = object.__setattr__
-# Record type -> (the keys of its line as written, its field order): two dict lookups per line
-# instead of two cached-function calls.
-_WIRE_FORMATS: dict[type, tuple[frozenset[str], tuple[str, ...]]] = {}
-
-
-def _wire_format(cls: type) -> tuple[frozenset[str], tuple[str, ...]]:
-    fmt = _WIRE_FORMATS[cls] = (frozenset(wire_order(cls)), wire_order(cls)[2:])
-    return fmt
-
-
-@cache_by_class
-def _field_names(cls: type) -> frozenset[str]:
-    return frozenset(f.name for f in dataclasses.fields(cls))
-
-
-@cache_by_class
-def _required_names(cls: type) -> frozenset[str]:
-    return frozenset(
-        f.name
-        for f in dataclasses.fields(cls)
-        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-    )

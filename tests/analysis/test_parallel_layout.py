@@ -16,7 +16,8 @@ from grpo_doctor.analysis.load import load_evidence
 from grpo_doctor.analysis.parallel_layout import HINT_CODE_PATH, HINT_DRAIN, HINT_GROUP_LINKS
 from grpo_doctor.analysis.rules import hang, rank_crash, straggler
 from grpo_doctor.checks.hang_merge import merge_hang_reports
-from grpo_doctor.schema import End, EndReason, Header, ParallelGroup, PhaseBegin, PhaseEnd, record_from_dict
+from grpo_doctor.runlog.decoder import record_from_dict
+from grpo_doctor.schema import End, EndReason, Header, ParallelGroup, PhaseBegin, PhaseEnd
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_fleet_layout.py"
 

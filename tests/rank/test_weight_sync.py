@@ -15,7 +15,8 @@ import torch
 import grpo_doctor as gd
 from grpo_doctor.rank import api, weight_sync
 from grpo_doctor.rank.weight_sync import WeightTarget, sample_indices, vllm_name_map
-from grpo_doctor.schema import WeightSync, record_from_dict
+from grpo_doctor.runlog.decoder import record_from_dict
+from grpo_doctor.schema import WeightSync
 from grpo_doctor.schema.field_checks import wrong_field
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from grpo_doctor.analysis.load import load_evidence
 from grpo_doctor.analysis.rules import run_rules
-from grpo_doctor.runlog.decoder import read_rank_file
+from grpo_doctor.runlog.decoder import read_rank_file, record_from_dict
 from grpo_doctor.runlog.lines import MAX_LINE_BYTES, lines_of
 from grpo_doctor.runlog.window import (
     DAMAGED_REGION,
@@ -21,7 +21,7 @@ from grpo_doctor.runlog.window import (
     plan_read,
     region_lines,
 )
-from grpo_doctor.schema import Error, Header, RunPaths
+from grpo_doctor.schema import Error, RunPaths
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from bench_report import PHASES, STRAGGLER_RANK, write_run  # noqa: E402  (the benchmark's realistic run)
@@ -94,7 +94,7 @@ def test_a_restart_in_the_unread_middle_is_found(tmp_path):
     path = RunPaths(run_dir).rank_file(0)
     lines = path.read_bytes().splitlines(keepends=True)
     cut = len(lines) // 3
-    first_header = Header.from_dict(json.loads(lines[0]))
+    first_header = record_from_dict(json.loads(lines[0]))
     last = json.loads(lines[cut - 1])
     error = Error(rank=0, host=last["host"], pid=last["pid"], step=last["step"], t=last["t"], mono=last["mono"],
                   exc_type="RuntimeError", message="NCCL communicator was aborted", traceback="", phase="rollout",
