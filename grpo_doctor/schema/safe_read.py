@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, TextIO
 
 from grpo_doctor.schema.errors import DoctorError
+from grpo_doctor.schema.human_text import format_bytes
 
 DEFAULT_HINT = "pass the path of a regular file"
 
@@ -105,8 +106,8 @@ def read_bytes(path: str | Path, *, cap: int, what: str = "file") -> bytes:
         except OSError as exc:
             raise _from_os_error(path, exc) from None
     if sum(map(len, parts)) > cap:
-        error = UnreadableFile(path, f"more than {_size(cap)}, too large for {what}",
-                               f"pass {what} of at most {_size(cap)}")
+        error = UnreadableFile(path, f"more than {format_bytes(cap)}, too large for {what}",
+                               f"pass {what} of at most {format_bytes(cap)}")
         error.over_cap = cap
         raise error
     return parts[0] if len(parts) == 1 else b"".join(parts)
@@ -188,9 +189,3 @@ def _hint(code: int | None) -> str:
         return "the symbolic link points back at itself: fix or remove it"
     return DEFAULT_HINT
 
-
-def _size(n: int) -> str:
-    for unit, factor in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= factor:
-            return f"{n / factor:g} {unit}"
-    return f"{n} bytes"

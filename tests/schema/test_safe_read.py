@@ -86,11 +86,11 @@ def test_the_cap_is_counted_by_reading_not_by_the_size_on_disk(tmp_path):
     exact = tmp_path / "exact"
     exact.write_bytes(b"x" * 100)
     assert read_bytes(exact, cap=100) == b"x" * 100
-    with pytest.raises(UnreadableFile, match="more than 99 bytes"):
+    with pytest.raises(UnreadableFile, match="more than 99 B"):
         read_bytes(exact, cap=99)
     assert os.stat("/proc/self/status").st_size == 0
     assert b"Pid:" in read_bytes("/proc/self/status", cap=2**20)
-    with pytest.raises(UnreadableFile, match="more than 10 bytes"):
+    with pytest.raises(UnreadableFile, match="more than 10 B"):
         read_bytes("/proc/self/status", cap=10)
 
 
@@ -157,5 +157,5 @@ def test_a_sparse_gigabyte_is_refused_after_reading_the_cap_only(tmp_path):
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     with pytest.raises(UnreadableFile) as caught:
         read_bytes(big, cap=8 * 2**20)
-    assert caught.value.over_cap == 8 * 2**20 and "more than 8 MiB" in str(caught.value)
+    assert caught.value.over_cap == 8 * 2**20 and "more than 8.0 MiB" in str(caught.value)
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 64 * 1024  # KiB: well under the gigabyte
