@@ -9,7 +9,8 @@ then kept as a typed record or put into column batches. Three modes over that on
 A line is judged by `judged_line`: decoded exactly (orjson where it gives json's value, json for
 what orjson reads otherwise: NaN, lone surrogates, integers beyond 64 bits), its kind looked up, its
 keys taken as the sink writes them (or, reordered, extra or missing, normalised), its step, t and
-mono checked, then every declared field's type and the rank's range (field_checks.wrong_value). What fails is one bad line, counted, its reason kept; nothing is read twice.
+mono checked, then every declared field's type and the rank's range (field_checks.wrong_value).
+What fails is one bad line, counted, its reason kept; nothing is read twice.
 
 Typical use:
     log = read_rank_file(Path("runs/job-17/ranks/rank-00003.jsonl"))
