@@ -31,5 +31,6 @@ def test_the_alone_marker_is_declared_and_names_at_least_one_test():
     """A misspelt marker would select nothing in the second step and the first would still leave it out."""
     declared = (REPO / "pyproject.toml").read_text(encoding="utf-8")
     assert '"alone:' in declared
-    marked = [p for p in (REPO / "tests").rglob("test_*.py") if "pytest.mark.alone" in p.read_text(encoding="utf-8")]
+    marking = re.compile(r"(?m)^(@pytest\.mark\.alone$|pytestmark = .*pytest\.mark\.alone\b)")
+    marked = [p for p in (REPO / "tests").rglob("test_*.py") if marking.search(p.read_text(encoding="utf-8"))]
     assert len(marked) >= 1

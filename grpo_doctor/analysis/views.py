@@ -128,7 +128,10 @@ class RuleEvidence:
         view = VIEW_OF[name]
         if view not in self._reads:
             raise UndeclaredView(f"rule {self._rule} reads `{name}` (view {view.name}), which its READS does not declare")
-        return getattr(self._evidence, name)
+        try:
+            return getattr(self._evidence, name)
+        except AttributeError as exc:  # from inside a property: raised as is, Python would ask __getattr__ instead
+            raise RuntimeError(f"reading `{name}` failed: {exc}") from exc
 
     if not TYPE_CHECKING:  # hidden from mypy, which then rejects a read of a name no view serves
         def __getattr__(self, name: str) -> Any:

@@ -83,3 +83,17 @@ def test_every_view_is_served_typed_and_the_evidence_has_what_each_serves():
     for name in served:
         getattr(everything, name)  # every view declared: each name served, none raises
     assert everything.phases is evidence.phases and everything.host_of(None) is None
+
+
+def test_a_failure_inside_a_served_property_is_said_as_itself_not_as_an_undeclared_view():
+    """Found in review: an AttributeError from inside `world_size` fell back to __getattr__, which named the
+    declared view undeclared and lost the real error."""
+    class Broken(Evidence):
+        @property
+        def world_size(self):
+            return self.run.no_such_thing
+
+    broken = Broken(paths=[])
+    object.__setattr__(broken, "run", object())
+    with pytest.raises(RuntimeError, match="reading `world_size` failed: .*no_such_thing"):
+        _ = RuleEvidence(broken, {View.RANKS}, "some-rule").world_size
