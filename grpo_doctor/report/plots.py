@@ -331,7 +331,9 @@ def _lines_by(ax, table: pd.DataFrame, x: str, y: str, x0: float, scale: float, 
     if len(groups) <= MAX_LINES:
         for key, rows in groups:
             label = f"rank {key}" if isinstance(key, (int, float)) and not isinstance(key, bool) else str(key)
-            ax.plot(rows[x] - x0, rows[y] / scale, linewidth=1.2, label=label)
+            # One value is no line: a dot shows it (a metric logged once, a step time from two steps).
+            ax.plot(rows[x] - x0, rows[y] / scale, linewidth=1.2, label=label, marker="o" if len(rows) == 1 else None,
+                    markersize=3)
         if legend and len(groups) > 1:
             ax.legend(fontsize=7, ncol=min(4, len(groups)))
         return
@@ -339,7 +341,8 @@ def _lines_by(ax, table: pd.DataFrame, x: str, y: str, x0: float, scale: float, 
     bins = (table[x] - x0).round(0 if x == "t" else 6)
     stats = (table[y] / scale).groupby(bins).agg(["min", "median", "max"])
     ax.fill_between(stats.index, stats["min"], stats["max"], alpha=0.25, label=f"min-max over {len(groups)} ranks")
-    ax.plot(stats.index, stats["median"], linewidth=1.2, label="median")
+    ax.plot(stats.index, stats["median"], linewidth=1.2, label="median", marker="o" if len(stats) == 1 else None,
+            markersize=3)
     if legend:
         ax.legend(fontsize=7)
 
