@@ -26,6 +26,7 @@ from grpo_doctor.analysis.findings import Finding
 from grpo_doctor.analysis.remedies import SWIFT, SWIFT_ROLLOUT, TRL, TRL_SERVE, VERL
 from grpo_doctor.analysis.views import RunView, View
 from grpo_doctor.logs.kinds import VLLM_MEMORY
+from grpo_doctor.schema.human_text import format_bytes
 
 ID = "vllm-memory"
 READS = {View.LOG_SIGNATURES, View.RANKS}
@@ -142,7 +143,7 @@ def _no_cache_title(ev: dict[str, Any]) -> str:
         why = (f"max_model_len {ev['max_model_len']} is more than the {ev['kv_cache_tokens']} tokens "
                "its KV cache can hold")
     elif ev["kv_cache_bytes"] is not None and ev["kv_cache_bytes"] <= 0:
-        why = f"{ev['kv_cache_bytes'] / 2**30:.2f} GiB left for it"
+        why = f"{format_bytes(ev['kv_cache_bytes'])} left for it"
     elif ev["num_gpu_blocks"] == 0:
         why = "0 GPU blocks"
     else:
