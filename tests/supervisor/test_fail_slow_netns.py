@@ -47,6 +47,12 @@ def _surveys(path):
         return []
 
 
+def _told(path, started: float) -> list[tuple]:
+    """Each survey of one node: why, when (s after the test began), rounds taken, its verdict or why none."""
+    return [(s["why"], round(s["started_t"] - started, 1), len(s["rounds"]),
+             (s["verdict"] or {}).get("line") or (s["verdict"] or {}).get("why_none")) for s in _surveys(path)]
+
+
 def _joined_survey_done(shared, node0) -> bool:
     """node 1's watch finished the survey it joined for node 0's pace survey (its verdict is written)."""
     pace = [s for s in _surveys(node0 / "fail-slow.json") if s["why"] == "pace"]
@@ -92,9 +98,7 @@ def test_a_throttled_link_between_two_nodes_is_a_slowdown_every_rank_shares_nami
     errs = [(tmp_path / f"watch{n}.err").read_text() for n in range(2)]
     # On failure, what each watch surveyed and when, and whether the deadline ran out: the story of a run where
     # node 0 took no pace survey (docs/testing.md, cause 2, not yet explained).
-    told = {f"node{n}": [(s["why"], round(s["started_t"] - started, 1), len(s["rounds"]), (s["verdict"] or {}).get("line")
-                         or (s["verdict"] or {}).get("why_none")) for s in _surveys(shared / "supervisor" / f"node{n}" / "fail-slow.json")]
-            for n in range(2)}
+    told = {f"node{n}": _told(shared / "supervisor" / f"node{n}" / "fail-slow.json", started) for n in range(2)}
     assert throttled and pace_judged, (f"after {time.monotonic() - began:.0f} s (deadline 200 s), throttled at "
                                        f"{throttled_at}; surveys {told}\n" + errs[0][-3000:])
     assert "fail-slow: the job's pace fell to" in errs[0]
