@@ -27,8 +27,8 @@ def test_two_rules_views_of_one_run_share_its_step_series_and_layout(tmp_path):
 
 
 def _reads_of(path, seen):
-    """The Evidence attributes the module reads on its RunView (or Evidence) parameters, and those of the analysis
-    helpers it hands the run to (followed once each): what a rule may touch on any path, run or not."""
+    """The Evidence attributes the module reads on its RunView (or Evidence) parameters, and those of the
+    analysis helpers it hands the run to (followed once each): what a rule may touch on any path, run or not."""
     tree = ast.parse(path.read_text())
     names = {a.arg for f in ast.walk(tree) if isinstance(f, ast.FunctionDef) for a in f.args.args
              if a.annotation is not None and ast.unparse(a.annotation) in ("RunView", "Evidence")}
