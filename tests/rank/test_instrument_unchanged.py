@@ -262,7 +262,11 @@ def test_repeated_collectives_of_a_step_are_one_summary_and_a_waiting_one_is_sti
     script = write_program(tmp_path, STEPS_JOB, "steps.py")
     steps, calls, stall_step, stall_call = 6, 200, 3, 150
     out = torchrun(tmp_path, script, instrumented(tmp_path), str(steps), str(calls), str(stall_step), str(stall_call))
-    assert out.returncode == 0, out.stderr[-3000:]
+    # torch's own abort at interpreter exit, after the job's last line, is no failure of what is checked here: the
+    # same job without grpo-doctor aborted so in 3 of 122 runs beside two others (docs/testing.md). Every rank's
+    # records must still end in its end record (below).
+    aborted_at_exit = "terminate called without an active exception" in out.stderr
+    assert out.returncode == 0 or aborted_at_exit, out.stderr[-3000:]
     (seen,) = [json.loads(line.split(": ", 1)[1]) for line in out.stdout.splitlines() if "open while waiting" in line]
     assert [(r["phase"], r["step"], r["detail"]["seq"]) for r in seen] == [
         ("all_reduce", stall_step, stall_step * (calls + 1) + stall_call + 1)]
