@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import matplotlib
 
@@ -331,9 +332,7 @@ def _lines_by(ax, table: pd.DataFrame, x: str, y: str, x0: float, scale: float, 
     if len(groups) <= MAX_LINES:
         for key, rows in groups:
             label = f"rank {key}" if isinstance(key, (int, float)) and not isinstance(key, bool) else str(key)
-            # One value is no line: a dot shows it (a metric logged once, a step time from two steps).
-            ax.plot(rows[x] - x0, rows[y] / scale, linewidth=1.2, label=label, marker="o" if len(rows) == 1 else None,
-                    markersize=3)
+            ax.plot(rows[x] - x0, rows[y] / scale, linewidth=1.2, label=label, **_dot_if_alone(len(rows)))
         if legend and len(groups) > 1:
             ax.legend(fontsize=7, ncol=min(4, len(groups)))
         return
@@ -341,10 +340,14 @@ def _lines_by(ax, table: pd.DataFrame, x: str, y: str, x0: float, scale: float, 
     bins = (table[x] - x0).round(0 if x == "t" else 6)
     stats = (table[y] / scale).groupby(bins).agg(["min", "median", "max"])
     ax.fill_between(stats.index, stats["min"], stats["max"], alpha=0.25, label=f"min-max over {len(groups)} ranks")
-    ax.plot(stats.index, stats["median"], linewidth=1.2, label="median", marker="o" if len(stats) == 1 else None,
-            markersize=3)
+    ax.plot(stats.index, stats["median"], linewidth=1.2, label="median", **_dot_if_alone(len(stats)))
     if legend:
         ax.legend(fontsize=7)
+
+
+def _dot_if_alone(num_points: int) -> dict[str, Any]:
+    """One value is no line: a dot shows it (a metric logged once, a step time from two steps)."""
+    return {"marker": "o" if num_points == 1 else None, "markersize": 3}
 
 
 def _end_of_run(run: Evidence) -> float:
