@@ -39,21 +39,18 @@ T = TypeVar("T")
 
 
 class View(Enum):
-    """A part of the evidence; its value lists the `Evidence` attributes that serve it."""
+    """A part of the evidence, what it holds; `RuleEvidence` below declares the attributes that serve each."""
 
-    RANK_TABLES = ("phases", "steps", "errors", "memory", "clock_offsets")  # tables from rank records (+ metrics)
-    ROLLOUT_TABLES = ("rollouts", "rng", "completions", "rollout_records")  # rollout records and sampled texts
-    RANKS = ("headers", "host_of", "known_ranks", "world_size")  # who ran where: rank headers, hosts, world
-    RANK_LOGS = ("rank_logs",)  # the rank logs as read, around the tables (every attempt's header, errors, the end)
-    LOG_SIGNATURES = ("signature_rows",)  # what the log parsers recognised in raw logs and watch's saved output
-    WATCH_ARTIFACTS = ("hangs", "summaries", "samples", "memory_plans", "slow_surveys")  # grpo-doctor watch's files
-    FLIGHT_RECORDER = ("flight_dumps",)  # PyTorch flight-recorder dumps
-    FRAMEWORK_METRICS = ("metric_logs",)  # TRL / ms-swift / verl / W&B / TensorBoard files and printed metric lines
-    PROBE_RESULTS = ("probe",)  # what `grpo-doctor probe` found before training
-    LAUNCH_COMMAND = ("command", "launch_env")  # run.json's command and its environment
-
-
-VIEW_OF: dict[str, View] = {name: view for view in View for name in view.value}
+    RANK_TABLES = "tables from rank records (+ metrics)"
+    ROLLOUT_TABLES = "rollout records and sampled texts"
+    RANKS = "who ran where: rank headers, hosts, world"
+    RANK_LOGS = "the rank logs as read, around the tables (every attempt's header, errors, the end)"
+    LOG_SIGNATURES = "what the log parsers recognised in raw logs and watch's saved output"
+    WATCH_ARTIFACTS = "grpo-doctor watch's files"
+    FLIGHT_RECORDER = "PyTorch flight-recorder dumps"
+    FRAMEWORK_METRICS = "TRL / ms-swift / verl / W&B / TensorBoard files and printed metric lines"
+    PROBE_RESULTS = "what `grpo-doctor probe` found before training"
+    LAUNCH_COMMAND = "run.json's command and its environment"
 
 
 class UndeclaredView(LookupError):
@@ -64,7 +61,10 @@ class UndeclaredView(LookupError):
 class _Served(Generic[T]):
     """One attribute of the evidence as a rule's view serves it: typed for mypy, its view checked when read."""
 
-    __slots__ = ("name",)
+    __slots__ = ("name", "view")
+
+    def __init__(self, view: View) -> None:
+        self.view = view
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
@@ -74,7 +74,7 @@ class _Served(Generic[T]):
     @overload
     def __get__(self, run: RuleEvidence, owner: type) -> T: ...
     def __get__(self, run: RuleEvidence | None, owner: type) -> T | _Served[T]:
-        return self if run is None else run._served(self.name)
+        return self if run is None else run._served(self.name, self.view)
 
 
 class RuleEvidence:
@@ -83,49 +83,38 @@ class RuleEvidence:
 
     __slots__ = ("_evidence", "_reads", "_rule")
 
-    # View.RANK_TABLES
-    phases: _Served[pd.DataFrame] = _Served()
-    steps: _Served[pd.DataFrame] = _Served()
-    errors: _Served[pd.DataFrame] = _Served()
-    memory: _Served[pd.DataFrame] = _Served()
-    clock_offsets: _Served[dict[str, float]] = _Served()
-    # View.ROLLOUT_TABLES
-    rollouts: _Served[pd.DataFrame] = _Served()
-    rng: _Served[pd.DataFrame] = _Served()
-    completions: _Served[pd.DataFrame] = _Served()
-    rollout_records: _Served[list[Rollout]] = _Served()
-    # View.RANKS
-    headers: _Served[dict[int, Header]] = _Served()
-    host_of: _Served[Callable[[int | None], str | None]] = _Served()
-    known_ranks: _Served[set[int]] = _Served()
-    world_size: _Served[int | None] = _Served()
-    # View.RANK_LOGS
-    rank_logs: _Served[dict[int, RankLog]] = _Served()
-    # View.LOG_SIGNATURES
-    signature_rows: _Served[list[dict[str, Any]]] = _Served()
-    # View.WATCH_ARTIFACTS
-    hangs: _Served[list[HangReport]] = _Served()
-    summaries: _Served[dict[str, WatchSummary]] = _Served()
-    samples: _Served[pd.DataFrame] = _Served()
-    memory_plans: _Served[dict[str, dict[str, Any]]] = _Served()
-    slow_surveys: _Served[list[Survey]] = _Served()
-    # View.FLIGHT_RECORDER
-    flight_dumps: _Served[list[FlightDump]] = _Served()
-    # View.FRAMEWORK_METRICS
-    metric_logs: _Served[list[MetricLog]] = _Served()
-    # View.PROBE_RESULTS
-    probe: _Served[ProbeEvidence | None] = _Served()
-    # View.LAUNCH_COMMAND
-    command: _Served[tuple[str, ...]] = _Served()
-    launch_env: _Served[dict[str, str]] = _Served()
+    phases: _Served[pd.DataFrame] = _Served(View.RANK_TABLES)
+    steps: _Served[pd.DataFrame] = _Served(View.RANK_TABLES)
+    errors: _Served[pd.DataFrame] = _Served(View.RANK_TABLES)
+    memory: _Served[pd.DataFrame] = _Served(View.RANK_TABLES)
+    clock_offsets: _Served[dict[str, float]] = _Served(View.RANK_TABLES)
+    rollouts: _Served[pd.DataFrame] = _Served(View.ROLLOUT_TABLES)
+    rng: _Served[pd.DataFrame] = _Served(View.ROLLOUT_TABLES)
+    completions: _Served[pd.DataFrame] = _Served(View.ROLLOUT_TABLES)
+    rollout_records: _Served[list[Rollout]] = _Served(View.ROLLOUT_TABLES)
+    headers: _Served[dict[int, Header]] = _Served(View.RANKS)
+    host_of: _Served[Callable[[int | None], str | None]] = _Served(View.RANKS)
+    known_ranks: _Served[set[int]] = _Served(View.RANKS)
+    world_size: _Served[int | None] = _Served(View.RANKS)
+    rank_logs: _Served[dict[int, RankLog]] = _Served(View.RANK_LOGS)
+    signature_rows: _Served[list[dict[str, Any]]] = _Served(View.LOG_SIGNATURES)
+    hangs: _Served[list[HangReport]] = _Served(View.WATCH_ARTIFACTS)
+    summaries: _Served[dict[str, WatchSummary]] = _Served(View.WATCH_ARTIFACTS)
+    samples: _Served[pd.DataFrame] = _Served(View.WATCH_ARTIFACTS)
+    memory_plans: _Served[dict[str, dict[str, Any]]] = _Served(View.WATCH_ARTIFACTS)
+    slow_surveys: _Served[list[Survey]] = _Served(View.WATCH_ARTIFACTS)
+    flight_dumps: _Served[list[FlightDump]] = _Served(View.FLIGHT_RECORDER)
+    metric_logs: _Served[list[MetricLog]] = _Served(View.FRAMEWORK_METRICS)
+    probe: _Served[ProbeEvidence | None] = _Served(View.PROBE_RESULTS)
+    command: _Served[tuple[str, ...]] = _Served(View.LAUNCH_COMMAND)
+    launch_env: _Served[dict[str, str]] = _Served(View.LAUNCH_COMMAND)
 
     def __init__(self, evidence: Evidence, reads: Iterable[View], rule: str) -> None:
         self._evidence = evidence
         self._reads = frozenset(reads)
         self._rule = rule
 
-    def _served(self, name: str) -> Any:
-        view = VIEW_OF[name]
+    def _served(self, name: str, view: View) -> Any:
         if view not in self._reads:
             raise UndeclaredView(f"rule {self._rule} reads `{name}` (view {view.name}), which its READS does not declare")
         try:
@@ -140,6 +129,10 @@ class RuleEvidence:
             raise UndeclaredView(f"rule {self._rule} reads `{name}` (no view a rule may read), which its READS "
                                  "does not declare")
 
+
+# Each attribute a rule may read -> its view, as RuleEvidence declares them.
+VIEW_OF: dict[str, View] = {name: served.view for name, served in vars(RuleEvidence).items()
+                            if isinstance(served, _Served)}
 
 # What a rule receives (its RuleEvidence), or the whole run where other code calls a rule's helpers.
 RunView = Union[RuleEvidence, "Evidence"]
