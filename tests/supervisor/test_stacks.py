@@ -215,7 +215,11 @@ def test_a_py_spy_that_takes_too_long_is_killed_and_reported(tmp_path):
         for rank, proc in procs.items():
             _wait_until_blocked(proc, tmp_path / f"progress-{rank}", "collective")
         caps = capture_stacks({r: p.pid for r, p in procs.items()}, tmp_path / "stacks", timeout_s=0.001)
-        assert [c.error.split(":")[0] for c in caps] == ["timeout", "timeout"], [c.error for c in caps]
+        # The first py-spy reaped is past its deadline and killed. The second may finish its dump while the first
+        # is killed and reaped (up to 2 s): then its stack is used, as it should be (CI at 5ada593 saw it once).
+        said = [c.error.split(":")[0] if c.error else "stack" for c in caps]
+        assert said[0] == "timeout" and said[1] in ("timeout", "stack"), [c.error for c in caps]
+        assert all(c.error or c.threads for c in caps)
         # Killed, not left running: no py-spy of ours remains.
         assert not [c for c in psutil.Process().children(recursive=True) if "py-spy" in c.name()]
         # The ranks were left running, not stopped.
